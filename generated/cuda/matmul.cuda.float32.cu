@@ -63,6 +63,30 @@
   #define uchar unsigned char
   #define ushort unsigned short
 #endif
+__forceinline__ __device__ void tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0() {
+  asm volatile("cp.async.wait_group 0;" :  :  : "memory");
+}
+__forceinline__ __device__ void tvm_builtin_ptx_cp_async_wait_group_async_wait_group_3() {
+  asm volatile("cp.async.wait_group 3;" :  :  : "memory");
+}
+__forceinline__ __device__ void tvm_builtin_ptx_cp_async_commit_group_async_commit_group() {
+  asm volatile("cp.async.commit_group;" :  : );
+}
+
+__forceinline__ __device__ void ptx_cp_async_legacy_pred_cg_16_4_4(void* dst, int dst_off, void* src, int src_off, int predicate) {
+  uint8_t* dst_p = (uint8_t*)dst + dst_off * 4;
+  uint8_t* src_p = (uint8_t*)src + src_off * 4;
+  unsigned int dst_addr = __cvta_generic_to_shared(dst_p);
+  __asm__ __volatile__(
+    "{\n"
+    " .reg .pred p;\n"
+    " setp.eq.u32 p, %3, 1;\n"
+    " @p cp.async.cg.shared.global [%0], [%1], %2;\n"
+    " @!p st.shared.v4.u32 [%0], {%4, %4, %4, %4};\n"
+    "}\n"
+    :: "r"(dst_addr), "l"(src_p), "n"(16), "r"(predicate), "r"(0)
+  );
+}
 extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel(float* __restrict__ a_v_ptr, float* __restrict__ b_v_ptr, float* __restrict__ c_v_ptr, int K, int M, int N, int a_s0, int b_s0);
 extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel_1(float* __restrict__ a_ptr, float* __restrict__ b_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int b_s0);
 extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kernel(float* __restrict__ a_v_ptr, float* __restrict__ addend_ptr, float* __restrict__ b_v_ptr, float* __restrict__ c_v_ptr, int K, int M, int N, int a_s0, int addend_s0, int b_s0);
@@ -74,10 +98,10 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
 extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel(float* __restrict__ a_v_ptr, float* __restrict__ b_v_ptr, float* __restrict__ c_v_ptr, int K, int M, int N, int a_s0, int b_s0) {
   extern __shared__ __align__(64) uchar buf_dyn_shmem_ptr[];
   alignas(64) float acc_pad_shared_dyn_warp_ptr[64];
-  alignas(64) float a_tf32_pad_shared_dyn_warp_ptr[16];
-  alignas(64) float b_tf32_pad_shared_dyn_warp_ptr[8];
-  alignas(64) float a_tf32_pad_shared_dyn_warp_ptr_1[16];
-  alignas(64) float b_tf32_pad_shared_dyn_warp_ptr_1[256];
+  alignas(64) float a_pad_shared_dyn_warp_ptr[16];
+  alignas(64) float b_pad_shared_dyn_warp_ptr[8];
+  alignas(64) float a_pad_shared_dyn_warp_ptr_1[16];
+  alignas(64) float b_pad_shared_dyn_warp_ptr_1[256];
   for (int m_0_2_init = 0; m_0_2_init < 4; ++m_0_2_init) {
     for (int n_0_2_init = 0; n_0_2_init < 2; ++n_0_2_init) {
       acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8))] = 0x0p+0f/*0.000000e+00*/;
@@ -92,647 +116,190 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
   }
   if (0 < K) {
     for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 4; ++ax0_ax1_fused_0) {
-      float4 condval;
-      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < 0)) {
-          uint4 __1;
-          ushort4 __2;
-            uint4 __3;
-                float4 v_ = *(float4*)(a_v_ptr + (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)));
-              uint4 v__1 = *(uint4 *)(&(v_));
-              uint4 v__2 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-              __3.x = (v__1.x&v__2.x);
-              __3.y = (v__1.y&v__2.y);
-              __3.z = (v__1.z&v__2.z);
-              __3.w = (v__1.w&v__2.w);
-            uint4 v__3 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-            __2.x = (__3.x!=v__3.x);
-            __2.y = (__3.y!=v__3.y);
-            __2.z = (__3.z!=v__3.z);
-            __2.w = (__3.w!=v__3.w);
-          uint4 __4;
-            uint4 __5;
-                float4 v__4 = *(float4*)(a_v_ptr + (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)));
-              uint4 v__5 = *(uint4 *)(&(v__4));
-              uint4 v__6 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
-              __5.x = (v__5.x+v__6.x);
-              __5.y = (v__5.y+v__6.y);
-              __5.z = (v__5.z+v__6.z);
-              __5.w = (v__5.w+v__6.w);
-            uint4 v__7 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __4.x = (__5.x&v__7.x);
-            __4.y = (__5.y&v__7.y);
-            __4.z = (__5.z&v__7.z);
-            __4.w = (__5.w&v__7.w);
-          uint4 __6;
-          ushort4 __7;
-            uint4 __8;
-                float4 v__8 = *(float4*)(a_v_ptr + (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)));
-              uint4 v__9 = *(uint4 *)(&(v__8));
-              uint4 v__10 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
-              __8.x = (v__9.x&v__10.x);
-              __8.y = (v__9.y&v__10.y);
-              __8.z = (v__9.z&v__10.z);
-              __8.w = (v__9.w&v__10.w);
-            uint4 v__11 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
-            __7.x = (__8.x!=v__11.x);
-            __7.y = (__8.y!=v__11.y);
-            __7.z = (__8.z!=v__11.z);
-            __7.w = (__8.w!=v__11.w);
-          uint4 __9;
-            uint4 __10;
-                float4 v__12 = *(float4*)(a_v_ptr + (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)));
-              uint4 v__13 = *(uint4 *)(&(v__12));
-              uint4 v__14 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
-              __10.x = (v__13.x|v__14.x);
-              __10.y = (v__13.y|v__14.y);
-              __10.z = (v__13.z|v__14.z);
-              __10.w = (v__13.w|v__14.w);
-            uint4 v__15 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __9.x = (__10.x&v__15.x);
-            __9.y = (__10.y&v__15.y);
-            __9.z = (__10.z&v__15.z);
-            __9.w = (__10.w&v__15.w);
-            float4 v__16 = *(float4*)(a_v_ptr + (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)));
-          uint4 v__17 = *(uint4 *)(&(v__16));
-          __6.x = (bool(__7.x)?__9.x:v__17.x);
-          __6.y = (bool(__7.y)?__9.y:v__17.y);
-          __6.z = (bool(__7.z)?__9.z:v__17.z);
-          __6.w = (bool(__7.w)?__9.w:v__17.w);
-          __1.x = (bool(__2.x)?__4.x:__6.x);
-          __1.y = (bool(__2.y)?__4.y:__6.y);
-          __1.z = (bool(__2.z)?__4.z:__6.z);
-          __1.w = (bool(__2.w)?__4.w:__6.w);
-        condval = (*(float4 *)(&(__1)));
-      } else {
-        condval = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-      }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 16896)) = condval;
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 16896), a_v_ptr, (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < 0)));
     }
-  }
-  if (0 < K) {
     for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 4; ++ax0_ax1_fused_0_1) {
-      float4 condval_1;
-      if ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
-          uint4 __11;
-          ushort4 __12;
-            uint4 __13;
-                float4 v__18 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)));
-              uint4 v__19 = *(uint4 *)(&(v__18));
-              uint4 v__20 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-              __13.x = (v__19.x&v__20.x);
-              __13.y = (v__19.y&v__20.y);
-              __13.z = (v__19.z&v__20.z);
-              __13.w = (v__19.w&v__20.w);
-            uint4 v__21 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-            __12.x = (__13.x!=v__21.x);
-            __12.y = (__13.y!=v__21.y);
-            __12.z = (__13.z!=v__21.z);
-            __12.w = (__13.w!=v__21.w);
-          uint4 __14;
-            uint4 __15;
-                float4 v__22 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)));
-              uint4 v__23 = *(uint4 *)(&(v__22));
-              uint4 v__24 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
-              __15.x = (v__23.x+v__24.x);
-              __15.y = (v__23.y+v__24.y);
-              __15.z = (v__23.z+v__24.z);
-              __15.w = (v__23.w+v__24.w);
-            uint4 v__25 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __14.x = (__15.x&v__25.x);
-            __14.y = (__15.y&v__25.y);
-            __14.z = (__15.z&v__25.z);
-            __14.w = (__15.w&v__25.w);
-          uint4 __16;
-          ushort4 __17;
-            uint4 __18;
-                float4 v__26 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)));
-              uint4 v__27 = *(uint4 *)(&(v__26));
-              uint4 v__28 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
-              __18.x = (v__27.x&v__28.x);
-              __18.y = (v__27.y&v__28.y);
-              __18.z = (v__27.z&v__28.z);
-              __18.w = (v__27.w&v__28.w);
-            uint4 v__29 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
-            __17.x = (__18.x!=v__29.x);
-            __17.y = (__18.y!=v__29.y);
-            __17.z = (__18.z!=v__29.z);
-            __17.w = (__18.w!=v__29.w);
-          uint4 __19;
-            uint4 __20;
-                float4 v__30 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)));
-              uint4 v__31 = *(uint4 *)(&(v__30));
-              uint4 v__32 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
-              __20.x = (v__31.x|v__32.x);
-              __20.y = (v__31.y|v__32.y);
-              __20.z = (v__31.z|v__32.z);
-              __20.w = (v__31.w|v__32.w);
-            uint4 v__33 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __19.x = (__20.x&v__33.x);
-            __19.y = (__20.y&v__33.y);
-            __19.z = (__20.z&v__33.z);
-            __19.w = (__20.w&v__33.w);
-            float4 v__34 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)));
-          uint4 v__35 = *(uint4 *)(&(v__34));
-          __16.x = (bool(__17.x)?__19.x:v__35.x);
-          __16.y = (bool(__17.y)?__19.y:v__35.y);
-          __16.z = (bool(__17.z)?__19.z:v__35.z);
-          __16.w = (bool(__17.w)?__19.w:v__35.w);
-          __11.x = (bool(__12.x)?__14.x:__16.x);
-          __11.y = (bool(__12.y)?__14.y:__16.y);
-          __11.z = (bool(__12.z)?__14.z:__16.z);
-          __11.w = (bool(__12.w)?__14.w:__16.w);
-        condval_1 = (*(float4 *)(&(__11)));
-      } else {
-        condval_1 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-      }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((ax0_ax1_fused_0_1 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4))) = condval_1;
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, (((ax0_ax1_fused_0_1 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)), ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)));
     }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
   }
   if (32 < K) {
     for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 4; ++ax0_ax1_fused_0_2) {
-      float4 condval_2;
-      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < -8)) {
-          uint4 __21;
-          ushort4 __22;
-            uint4 __23;
-                float4 v__36 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32));
-              uint4 v__37 = *(uint4 *)(&(v__36));
-              uint4 v__38 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-              __23.x = (v__37.x&v__38.x);
-              __23.y = (v__37.y&v__38.y);
-              __23.z = (v__37.z&v__38.z);
-              __23.w = (v__37.w&v__38.w);
-            uint4 v__39 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-            __22.x = (__23.x!=v__39.x);
-            __22.y = (__23.y!=v__39.y);
-            __22.z = (__23.z!=v__39.z);
-            __22.w = (__23.w!=v__39.w);
-          uint4 __24;
-            uint4 __25;
-                float4 v__40 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32));
-              uint4 v__41 = *(uint4 *)(&(v__40));
-              uint4 v__42 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
-              __25.x = (v__41.x+v__42.x);
-              __25.y = (v__41.y+v__42.y);
-              __25.z = (v__41.z+v__42.z);
-              __25.w = (v__41.w+v__42.w);
-            uint4 v__43 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __24.x = (__25.x&v__43.x);
-            __24.y = (__25.y&v__43.y);
-            __24.z = (__25.z&v__43.z);
-            __24.w = (__25.w&v__43.w);
-          uint4 __26;
-          ushort4 __27;
-            uint4 __28;
-                float4 v__44 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32));
-              uint4 v__45 = *(uint4 *)(&(v__44));
-              uint4 v__46 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
-              __28.x = (v__45.x&v__46.x);
-              __28.y = (v__45.y&v__46.y);
-              __28.z = (v__45.z&v__46.z);
-              __28.w = (v__45.w&v__46.w);
-            uint4 v__47 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
-            __27.x = (__28.x!=v__47.x);
-            __27.y = (__28.y!=v__47.y);
-            __27.z = (__28.z!=v__47.z);
-            __27.w = (__28.w!=v__47.w);
-          uint4 __29;
-            uint4 __30;
-                float4 v__48 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32));
-              uint4 v__49 = *(uint4 *)(&(v__48));
-              uint4 v__50 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
-              __30.x = (v__49.x|v__50.x);
-              __30.y = (v__49.y|v__50.y);
-              __30.z = (v__49.z|v__50.z);
-              __30.w = (v__49.w|v__50.w);
-            uint4 v__51 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __29.x = (__30.x&v__51.x);
-            __29.y = (__30.y&v__51.y);
-            __29.z = (__30.z&v__51.z);
-            __29.w = (__30.w&v__51.w);
-            float4 v__52 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32));
-          uint4 v__53 = *(uint4 *)(&(v__52));
-          __26.x = (bool(__27.x)?__29.x:v__53.x);
-          __26.y = (bool(__27.y)?__29.y:v__53.y);
-          __26.z = (bool(__27.z)?__29.z:v__53.z);
-          __26.w = (bool(__27.w)?__29.w:v__53.w);
-          __21.x = (bool(__22.x)?__24.x:__26.x);
-          __21.y = (bool(__22.y)?__24.y:__26.y);
-          __21.z = (bool(__22.z)?__24.z:__26.z);
-          __21.w = (bool(__22.w)?__24.w:__26.w);
-        condval_2 = (*(float4 *)(&(__21)));
-      } else {
-        condval_2 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-      }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0_2 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 21504)) = condval_2;
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_2 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 21504), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < -8)));
     }
-  }
-  if (32 < K) {
     for (int ax0_ax1_fused_0_3 = 0; ax0_ax1_fused_0_3 < 4; ++ax0_ax1_fused_0_3) {
-      float4 condval_3;
-      if (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
-          uint4 __31;
-          ushort4 __32;
-            uint4 __33;
-                float4 v__54 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)));
-              uint4 v__55 = *(uint4 *)(&(v__54));
-              uint4 v__56 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-              __33.x = (v__55.x&v__56.x);
-              __33.y = (v__55.y&v__56.y);
-              __33.z = (v__55.z&v__56.z);
-              __33.w = (v__55.w&v__56.w);
-            uint4 v__57 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-            __32.x = (__33.x!=v__57.x);
-            __32.y = (__33.y!=v__57.y);
-            __32.z = (__33.z!=v__57.z);
-            __32.w = (__33.w!=v__57.w);
-          uint4 __34;
-            uint4 __35;
-                float4 v__58 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)));
-              uint4 v__59 = *(uint4 *)(&(v__58));
-              uint4 v__60 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
-              __35.x = (v__59.x+v__60.x);
-              __35.y = (v__59.y+v__60.y);
-              __35.z = (v__59.z+v__60.z);
-              __35.w = (v__59.w+v__60.w);
-            uint4 v__61 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __34.x = (__35.x&v__61.x);
-            __34.y = (__35.y&v__61.y);
-            __34.z = (__35.z&v__61.z);
-            __34.w = (__35.w&v__61.w);
-          uint4 __36;
-          ushort4 __37;
-            uint4 __38;
-                float4 v__62 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)));
-              uint4 v__63 = *(uint4 *)(&(v__62));
-              uint4 v__64 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
-              __38.x = (v__63.x&v__64.x);
-              __38.y = (v__63.y&v__64.y);
-              __38.z = (v__63.z&v__64.z);
-              __38.w = (v__63.w&v__64.w);
-            uint4 v__65 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
-            __37.x = (__38.x!=v__65.x);
-            __37.y = (__38.y!=v__65.y);
-            __37.z = (__38.z!=v__65.z);
-            __37.w = (__38.w!=v__65.w);
-          uint4 __39;
-            uint4 __40;
-                float4 v__66 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)));
-              uint4 v__67 = *(uint4 *)(&(v__66));
-              uint4 v__68 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
-              __40.x = (v__67.x|v__68.x);
-              __40.y = (v__67.y|v__68.y);
-              __40.z = (v__67.z|v__68.z);
-              __40.w = (v__67.w|v__68.w);
-            uint4 v__69 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __39.x = (__40.x&v__69.x);
-            __39.y = (__40.y&v__69.y);
-            __39.z = (__40.z&v__69.z);
-            __39.w = (__40.w&v__69.w);
-            float4 v__70 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)));
-          uint4 v__71 = *(uint4 *)(&(v__70));
-          __36.x = (bool(__37.x)?__39.x:v__71.x);
-          __36.y = (bool(__37.y)?__39.y:v__71.y);
-          __36.z = (bool(__37.z)?__39.z:v__71.z);
-          __36.w = (bool(__37.w)?__39.w:v__71.w);
-          __31.x = (bool(__32.x)?__34.x:__36.x);
-          __31.y = (bool(__32.y)?__34.y:__36.y);
-          __31.z = (bool(__32.z)?__34.z:__36.z);
-          __31.w = (bool(__32.w)?__34.w:__36.w);
-        condval_3 = (*(float4 *)(&(__31)));
-      } else {
-        condval_3 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-      }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((ax0_ax1_fused_0_3 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)) + 4224)) = condval_3;
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, ((((ax0_ax1_fused_0_3 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)) + 4224), b_v_ptr, (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)), (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)));
     }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
   }
   if (64 < K) {
     for (int ax0_ax1_fused_0_4 = 0; ax0_ax1_fused_0_4 < 4; ++ax0_ax1_fused_0_4) {
-      float4 condval_4;
-      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < -16)) {
-          uint4 __41;
-          ushort4 __42;
-            uint4 __43;
-                float4 v__72 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64));
-              uint4 v__73 = *(uint4 *)(&(v__72));
-              uint4 v__74 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-              __43.x = (v__73.x&v__74.x);
-              __43.y = (v__73.y&v__74.y);
-              __43.z = (v__73.z&v__74.z);
-              __43.w = (v__73.w&v__74.w);
-            uint4 v__75 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-            __42.x = (__43.x!=v__75.x);
-            __42.y = (__43.y!=v__75.y);
-            __42.z = (__43.z!=v__75.z);
-            __42.w = (__43.w!=v__75.w);
-          uint4 __44;
-            uint4 __45;
-                float4 v__76 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64));
-              uint4 v__77 = *(uint4 *)(&(v__76));
-              uint4 v__78 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
-              __45.x = (v__77.x+v__78.x);
-              __45.y = (v__77.y+v__78.y);
-              __45.z = (v__77.z+v__78.z);
-              __45.w = (v__77.w+v__78.w);
-            uint4 v__79 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __44.x = (__45.x&v__79.x);
-            __44.y = (__45.y&v__79.y);
-            __44.z = (__45.z&v__79.z);
-            __44.w = (__45.w&v__79.w);
-          uint4 __46;
-          ushort4 __47;
-            uint4 __48;
-                float4 v__80 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64));
-              uint4 v__81 = *(uint4 *)(&(v__80));
-              uint4 v__82 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
-              __48.x = (v__81.x&v__82.x);
-              __48.y = (v__81.y&v__82.y);
-              __48.z = (v__81.z&v__82.z);
-              __48.w = (v__81.w&v__82.w);
-            uint4 v__83 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
-            __47.x = (__48.x!=v__83.x);
-            __47.y = (__48.y!=v__83.y);
-            __47.z = (__48.z!=v__83.z);
-            __47.w = (__48.w!=v__83.w);
-          uint4 __49;
-            uint4 __50;
-                float4 v__84 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64));
-              uint4 v__85 = *(uint4 *)(&(v__84));
-              uint4 v__86 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
-              __50.x = (v__85.x|v__86.x);
-              __50.y = (v__85.y|v__86.y);
-              __50.z = (v__85.z|v__86.z);
-              __50.w = (v__85.w|v__86.w);
-            uint4 v__87 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __49.x = (__50.x&v__87.x);
-            __49.y = (__50.y&v__87.y);
-            __49.z = (__50.z&v__87.z);
-            __49.w = (__50.w&v__87.w);
-            float4 v__88 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64));
-          uint4 v__89 = *(uint4 *)(&(v__88));
-          __46.x = (bool(__47.x)?__49.x:v__89.x);
-          __46.y = (bool(__47.y)?__49.y:v__89.y);
-          __46.z = (bool(__47.z)?__49.z:v__89.z);
-          __46.w = (bool(__47.w)?__49.w:v__89.w);
-          __41.x = (bool(__42.x)?__44.x:__46.x);
-          __41.y = (bool(__42.y)?__44.y:__46.y);
-          __41.z = (bool(__42.z)?__44.z:__46.z);
-          __41.w = (bool(__42.w)?__44.w:__46.w);
-        condval_4 = (*(float4 *)(&(__41)));
-      } else {
-        condval_4 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-      }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0_4 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 26112)) = condval_4;
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_4 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 26112), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < -16)));
     }
-  }
-  if (64 < K) {
     for (int ax0_ax1_fused_0_5 = 0; ax0_ax1_fused_0_5 < 4; ++ax0_ax1_fused_0_5) {
-      float4 condval_5;
-      if (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
-          uint4 __51;
-          ushort4 __52;
-            uint4 __53;
-                float4 v__90 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)));
-              uint4 v__91 = *(uint4 *)(&(v__90));
-              uint4 v__92 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-              __53.x = (v__91.x&v__92.x);
-              __53.y = (v__91.y&v__92.y);
-              __53.z = (v__91.z&v__92.z);
-              __53.w = (v__91.w&v__92.w);
-            uint4 v__93 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-            __52.x = (__53.x!=v__93.x);
-            __52.y = (__53.y!=v__93.y);
-            __52.z = (__53.z!=v__93.z);
-            __52.w = (__53.w!=v__93.w);
-          uint4 __54;
-            uint4 __55;
-                float4 v__94 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)));
-              uint4 v__95 = *(uint4 *)(&(v__94));
-              uint4 v__96 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
-              __55.x = (v__95.x+v__96.x);
-              __55.y = (v__95.y+v__96.y);
-              __55.z = (v__95.z+v__96.z);
-              __55.w = (v__95.w+v__96.w);
-            uint4 v__97 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __54.x = (__55.x&v__97.x);
-            __54.y = (__55.y&v__97.y);
-            __54.z = (__55.z&v__97.z);
-            __54.w = (__55.w&v__97.w);
-          uint4 __56;
-          ushort4 __57;
-            uint4 __58;
-                float4 v__98 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)));
-              uint4 v__99 = *(uint4 *)(&(v__98));
-              uint4 v__100 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
-              __58.x = (v__99.x&v__100.x);
-              __58.y = (v__99.y&v__100.y);
-              __58.z = (v__99.z&v__100.z);
-              __58.w = (v__99.w&v__100.w);
-            uint4 v__101 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
-            __57.x = (__58.x!=v__101.x);
-            __57.y = (__58.y!=v__101.y);
-            __57.z = (__58.z!=v__101.z);
-            __57.w = (__58.w!=v__101.w);
-          uint4 __59;
-            uint4 __60;
-                float4 v__102 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)));
-              uint4 v__103 = *(uint4 *)(&(v__102));
-              uint4 v__104 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
-              __60.x = (v__103.x|v__104.x);
-              __60.y = (v__103.y|v__104.y);
-              __60.z = (v__103.z|v__104.z);
-              __60.w = (v__103.w|v__104.w);
-            uint4 v__105 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __59.x = (__60.x&v__105.x);
-            __59.y = (__60.y&v__105.y);
-            __59.z = (__60.z&v__105.z);
-            __59.w = (__60.w&v__105.w);
-            float4 v__106 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)));
-          uint4 v__107 = *(uint4 *)(&(v__106));
-          __56.x = (bool(__57.x)?__59.x:v__107.x);
-          __56.y = (bool(__57.y)?__59.y:v__107.y);
-          __56.z = (bool(__57.z)?__59.z:v__107.z);
-          __56.w = (bool(__57.w)?__59.w:v__107.w);
-          __51.x = (bool(__52.x)?__54.x:__56.x);
-          __51.y = (bool(__52.y)?__54.y:__56.y);
-          __51.z = (bool(__52.z)?__54.z:__56.z);
-          __51.w = (bool(__52.w)?__54.w:__56.w);
-        condval_5 = (*(float4 *)(&(__51)));
-      } else {
-        condval_5 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-      }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((ax0_ax1_fused_0_5 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)) + 8448)) = condval_5;
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, ((((ax0_ax1_fused_0_5 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)) + 8448), b_v_ptr, (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)), (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)));
     }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
   }
   for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
     __syncthreads();
     for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 4; ++ax0_ax1_fused_0_6) {
-      float4 condval_6;
-      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && ((((k_0_0 * 8) + (((int)threadIdx.x) & 7)) - (K >> 2)) < -24)) {
-          uint4 __61;
-          ushort4 __62;
-            uint4 __63;
-                float4 v__108 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96));
-              uint4 v__109 = *(uint4 *)(&(v__108));
-              uint4 v__110 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-              __63.x = (v__109.x&v__110.x);
-              __63.y = (v__109.y&v__110.y);
-              __63.z = (v__109.z&v__110.z);
-              __63.w = (v__109.w&v__110.w);
-            uint4 v__111 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-            __62.x = (__63.x!=v__111.x);
-            __62.y = (__63.y!=v__111.y);
-            __62.z = (__63.z!=v__111.z);
-            __62.w = (__63.w!=v__111.w);
-          uint4 __64;
-            uint4 __65;
-                float4 v__112 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96));
-              uint4 v__113 = *(uint4 *)(&(v__112));
-              uint4 v__114 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
-              __65.x = (v__113.x+v__114.x);
-              __65.y = (v__113.y+v__114.y);
-              __65.z = (v__113.z+v__114.z);
-              __65.w = (v__113.w+v__114.w);
-            uint4 v__115 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __64.x = (__65.x&v__115.x);
-            __64.y = (__65.y&v__115.y);
-            __64.z = (__65.z&v__115.z);
-            __64.w = (__65.w&v__115.w);
-          uint4 __66;
-          ushort4 __67;
-            uint4 __68;
-                float4 v__116 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96));
-              uint4 v__117 = *(uint4 *)(&(v__116));
-              uint4 v__118 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
-              __68.x = (v__117.x&v__118.x);
-              __68.y = (v__117.y&v__118.y);
-              __68.z = (v__117.z&v__118.z);
-              __68.w = (v__117.w&v__118.w);
-            uint4 v__119 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
-            __67.x = (__68.x!=v__119.x);
-            __67.y = (__68.y!=v__119.y);
-            __67.z = (__68.z!=v__119.z);
-            __67.w = (__68.w!=v__119.w);
-          uint4 __69;
-            uint4 __70;
-                float4 v__120 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96));
-              uint4 v__121 = *(uint4 *)(&(v__120));
-              uint4 v__122 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
-              __70.x = (v__121.x|v__122.x);
-              __70.y = (v__121.y|v__122.y);
-              __70.z = (v__121.z|v__122.z);
-              __70.w = (v__121.w|v__122.w);
-            uint4 v__123 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __69.x = (__70.x&v__123.x);
-            __69.y = (__70.y&v__123.y);
-            __69.z = (__70.z&v__123.z);
-            __69.w = (__70.w&v__123.w);
-            float4 v__124 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96));
-          uint4 v__125 = *(uint4 *)(&(v__124));
-          __66.x = (bool(__67.x)?__69.x:v__125.x);
-          __66.y = (bool(__67.y)?__69.y:v__125.y);
-          __66.z = (bool(__67.z)?__69.z:v__125.z);
-          __66.w = (bool(__67.w)?__69.w:v__125.w);
-          __61.x = (bool(__62.x)?__64.x:__66.x);
-          __61.y = (bool(__62.y)?__64.y:__66.y);
-          __61.z = (bool(__62.z)?__64.z:__66.z);
-          __61.w = (bool(__62.w)?__64.w:__66.w);
-        condval_6 = (*(float4 *)(&(__61)));
-      } else {
-        condval_6 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-      }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((((((k_0_0 + 3) & 3) * 4608) + (ax0_ax1_fused_0_6 * 1152)) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 16896)) = condval_6;
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, ((((((((k_0_0 + 3) & 3) * 4608) + (ax0_ax1_fused_0_6 * 1152)) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 16896), a_v_ptr, ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && ((((k_0_0 * 8) + (((int)threadIdx.x) & 7)) - (K >> 2)) < -24)));
     }
     for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 4; ++ax0_ax1_fused_0_7) {
-      float4 condval_7;
-      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
-          uint4 __71;
-          ushort4 __72;
-            uint4 __73;
-                float4 v__126 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
-              uint4 v__127 = *(uint4 *)(&(v__126));
-              uint4 v__128 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-              __73.x = (v__127.x&v__128.x);
-              __73.y = (v__127.y&v__128.y);
-              __73.z = (v__127.z&v__128.z);
-              __73.w = (v__127.w&v__128.w);
-            uint4 v__129 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-            __72.x = (__73.x!=v__129.x);
-            __72.y = (__73.y!=v__129.y);
-            __72.z = (__73.z!=v__129.z);
-            __72.w = (__73.w!=v__129.w);
-          uint4 __74;
-            uint4 __75;
-                float4 v__130 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
-              uint4 v__131 = *(uint4 *)(&(v__130));
-              uint4 v__132 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
-              __75.x = (v__131.x+v__132.x);
-              __75.y = (v__131.y+v__132.y);
-              __75.z = (v__131.z+v__132.z);
-              __75.w = (v__131.w+v__132.w);
-            uint4 v__133 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __74.x = (__75.x&v__133.x);
-            __74.y = (__75.y&v__133.y);
-            __74.z = (__75.z&v__133.z);
-            __74.w = (__75.w&v__133.w);
-          uint4 __76;
-          ushort4 __77;
-            uint4 __78;
-                float4 v__134 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
-              uint4 v__135 = *(uint4 *)(&(v__134));
-              uint4 v__136 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
-              __78.x = (v__135.x&v__136.x);
-              __78.y = (v__135.y&v__136.y);
-              __78.z = (v__135.z&v__136.z);
-              __78.w = (v__135.w&v__136.w);
-            uint4 v__137 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
-            __77.x = (__78.x!=v__137.x);
-            __77.y = (__78.y!=v__137.y);
-            __77.z = (__78.z!=v__137.z);
-            __77.w = (__78.w!=v__137.w);
-          uint4 __79;
-            uint4 __80;
-                float4 v__138 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
-              uint4 v__139 = *(uint4 *)(&(v__138));
-              uint4 v__140 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
-              __80.x = (v__139.x|v__140.x);
-              __80.y = (v__139.y|v__140.y);
-              __80.z = (v__139.z|v__140.z);
-              __80.w = (v__139.w|v__140.w);
-            uint4 v__141 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __79.x = (__80.x&v__141.x);
-            __79.y = (__80.y&v__141.y);
-            __79.z = (__80.z&v__141.z);
-            __79.w = (__80.w&v__141.w);
-            float4 v__142 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
-          uint4 v__143 = *(uint4 *)(&(v__142));
-          __76.x = (bool(__77.x)?__79.x:v__143.x);
-          __76.y = (bool(__77.y)?__79.y:v__143.y);
-          __76.z = (bool(__77.z)?__79.z:v__143.z);
-          __76.w = (bool(__77.w)?__79.w:v__143.w);
-          __71.x = (bool(__72.x)?__74.x:__76.x);
-          __71.y = (bool(__72.y)?__74.y:__76.y);
-          __71.z = (bool(__72.z)?__74.z:__76.z);
-          __71.w = (bool(__72.w)?__74.w:__76.w);
-        condval_7 = (*(float4 *)(&(__71)));
-      } else {
-        condval_7 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-      }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((((k_0_0 + 3) & 3) * 4224) + (ax0_ax1_fused_0_7 * 1056)) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4))) = condval_7;
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, ((((((k_0_0 + 3) & 3) * 4224) + (ax0_ax1_fused_0_7 * 1056)) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)), ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)));
     }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_3();
     __syncthreads();
     for (int k_0_1 = 0; k_0_1 < 4; ++k_0_1) {
       for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
-        a_tf32_pad_shared_dyn_warp_ptr[(ax0_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
-        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
-        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
-        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            float v_ = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval;
+          if (((*(uint *)(&(v_))) & (uint)2139095040) != (uint)2139095040) {
+              float v__1 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval = (((*(uint *)(&(v__1))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__2 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_1;
+            if (((*(uint *)(&(v__2))) & (uint)8388607) != (uint)0) {
+                float v__3 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_1 = (((*(uint *)(&(v__3))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__4 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_1 = (*(uint *)(&(v__4)));
+            }
+            condval = condval_1;
+          }
+        a_pad_shared_dyn_warp_ptr[(ax0_0 * 4)] = (*(float *)(&(condval)));
+            float v__5 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_2;
+          if (((*(uint *)(&(v__5))) & (uint)2139095040) != (uint)2139095040) {
+              float v__6 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_2 = (((*(uint *)(&(v__6))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__7 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_3;
+            if (((*(uint *)(&(v__7))) & (uint)8388607) != (uint)0) {
+                float v__8 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_3 = (((*(uint *)(&(v__8))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__9 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_3 = (*(uint *)(&(v__9)));
+            }
+            condval_2 = condval_3;
+          }
+        a_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 1)] = (*(float *)(&(condval_2)));
+            float v__10 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_4;
+          if (((*(uint *)(&(v__10))) & (uint)2139095040) != (uint)2139095040) {
+              float v__11 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_4 = (((*(uint *)(&(v__11))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__12 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_5;
+            if (((*(uint *)(&(v__12))) & (uint)8388607) != (uint)0) {
+                float v__13 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_5 = (((*(uint *)(&(v__13))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__14 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_5 = (*(uint *)(&(v__14)));
+            }
+            condval_4 = condval_5;
+          }
+        a_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 2)] = (*(float *)(&(condval_4)));
+            float v__15 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_6;
+          if (((*(uint *)(&(v__15))) & (uint)2139095040) != (uint)2139095040) {
+              float v__16 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_6 = (((*(uint *)(&(v__16))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__17 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_7;
+            if (((*(uint *)(&(v__17))) & (uint)8388607) != (uint)0) {
+                float v__18 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_7 = (((*(uint *)(&(v__18))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__19 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_7 = (*(uint *)(&(v__19)));
+            }
+            condval_6 = condval_7;
+          }
+        a_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 3)] = (*(float *)(&(condval_6)));
       }
       for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
-        b_tf32_pad_shared_dyn_warp_ptr[(ax1_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            float v__20 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_8;
+          if (((*(uint *)(&(v__20))) & (uint)2139095040) != (uint)2139095040) {
+              float v__21 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_8 = (((*(uint *)(&(v__21))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__22 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_9;
+            if (((*(uint *)(&(v__22))) & (uint)8388607) != (uint)0) {
+                float v__23 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_9 = (((*(uint *)(&(v__23))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__24 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_9 = (*(uint *)(&(v__24)));
+            }
+            condval_8 = condval_9;
+          }
+        b_pad_shared_dyn_warp_ptr[(ax1_0 * 4)] = (*(float *)(&(condval_8)));
+            float v__25 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_10;
+          if (((*(uint *)(&(v__25))) & (uint)2139095040) != (uint)2139095040) {
+              float v__26 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_10 = (((*(uint *)(&(v__26))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__27 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_11;
+            if (((*(uint *)(&(v__27))) & (uint)8388607) != (uint)0) {
+                float v__28 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_11 = (((*(uint *)(&(v__28))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__29 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_11 = (*(uint *)(&(v__29)));
+            }
+            condval_10 = condval_11;
+          }
+        b_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 1)] = (*(float *)(&(condval_10)));
+            float v__30 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_12;
+          if (((*(uint *)(&(v__30))) & (uint)2139095040) != (uint)2139095040) {
+              float v__31 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_12 = (((*(uint *)(&(v__31))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__32 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_13;
+            if (((*(uint *)(&(v__32))) & (uint)8388607) != (uint)0) {
+                float v__33 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_13 = (((*(uint *)(&(v__33))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__34 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_13 = (*(uint *)(&(v__34)));
+            }
+            condval_12 = condval_13;
+          }
+        b_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 2)] = (*(float *)(&(condval_12)));
+            float v__35 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_14;
+          if (((*(uint *)(&(v__35))) & (uint)2139095040) != (uint)2139095040) {
+              float v__36 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_14 = (((*(uint *)(&(v__36))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__37 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_15;
+            if (((*(uint *)(&(v__37))) & (uint)8388607) != (uint)0) {
+                float v__38 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_15 = (((*(uint *)(&(v__38))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__39 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_15 = (*(uint *)(&(v__39)));
+            }
+            condval_14 = condval_15;
+          }
+        b_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 3)] = (*(float *)(&(condval_14)));
       }
       for (int m_0_2 = 0; m_0_2 < 4; ++m_0_2) {
         for (int n_0_2 = 0; n_0_2 < 2; ++n_0_2) {
@@ -742,7 +309,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr + (n_0_2 * 4)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr + (n_0_2 * 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + (n_0_2 * 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + (n_0_2 * 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
   }
 
   {
@@ -750,25 +317,163 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr + ((n_0_2 * 4) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr + ((n_0_2 * 4) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + ((n_0_2 * 4) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + ((n_0_2 * 4) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
   }
         }
       }
     }
   }
   if ((65 <= K) && (65 <= K)) {
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
+    __syncthreads();
     for (int k_0_1_1 = 0; k_0_1_1 < 4; ++k_0_1_1) {
       for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
-        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_1 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            float v__40 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_16;
+          if (((*(uint *)(&(v__40))) & (uint)2139095040) != (uint)2139095040) {
+              float v__41 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_16 = (((*(uint *)(&(v__41))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__42 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_17;
+            if (((*(uint *)(&(v__42))) & (uint)8388607) != (uint)0) {
+                float v__43 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_17 = (((*(uint *)(&(v__43))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__44 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_17 = (*(uint *)(&(v__44)));
+            }
+            condval_16 = condval_17;
+          }
+        a_pad_shared_dyn_warp_ptr_1[(ax0_0_1 * 4)] = (*(float *)(&(condval_16)));
+            float v__45 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_18;
+          if (((*(uint *)(&(v__45))) & (uint)2139095040) != (uint)2139095040) {
+              float v__46 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_18 = (((*(uint *)(&(v__46))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__47 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_19;
+            if (((*(uint *)(&(v__47))) & (uint)8388607) != (uint)0) {
+                float v__48 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_19 = (((*(uint *)(&(v__48))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__49 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_19 = (*(uint *)(&(v__49)));
+            }
+            condval_18 = condval_19;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 1)] = (*(float *)(&(condval_18)));
+            float v__50 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_20;
+          if (((*(uint *)(&(v__50))) & (uint)2139095040) != (uint)2139095040) {
+              float v__51 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_20 = (((*(uint *)(&(v__51))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__52 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_21;
+            if (((*(uint *)(&(v__52))) & (uint)8388607) != (uint)0) {
+                float v__53 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_21 = (((*(uint *)(&(v__53))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__54 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_21 = (*(uint *)(&(v__54)));
+            }
+            condval_20 = condval_21;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 2)] = (*(float *)(&(condval_20)));
+            float v__55 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_22;
+          if (((*(uint *)(&(v__55))) & (uint)2139095040) != (uint)2139095040) {
+              float v__56 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_22 = (((*(uint *)(&(v__56))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__57 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_23;
+            if (((*(uint *)(&(v__57))) & (uint)8388607) != (uint)0) {
+                float v__58 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_23 = (((*(uint *)(&(v__58))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__59 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_23 = (*(uint *)(&(v__59)));
+            }
+            condval_22 = condval_23;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 3)] = (*(float *)(&(condval_22)));
       }
       for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
-        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            float v__60 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_24;
+          if (((*(uint *)(&(v__60))) & (uint)2139095040) != (uint)2139095040) {
+              float v__61 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_24 = (((*(uint *)(&(v__61))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__62 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_25;
+            if (((*(uint *)(&(v__62))) & (uint)8388607) != (uint)0) {
+                float v__63 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_25 = (((*(uint *)(&(v__63))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__64 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_25 = (*(uint *)(&(v__64)));
+            }
+            condval_24 = condval_25;
+          }
+        b_pad_shared_dyn_warp_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_24)));
+            float v__65 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_26;
+          if (((*(uint *)(&(v__65))) & (uint)2139095040) != (uint)2139095040) {
+              float v__66 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_26 = (((*(uint *)(&(v__66))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__67 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_27;
+            if (((*(uint *)(&(v__67))) & (uint)8388607) != (uint)0) {
+                float v__68 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_27 = (((*(uint *)(&(v__68))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__69 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_27 = (*(uint *)(&(v__69)));
+            }
+            condval_26 = condval_27;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_26)));
+            float v__70 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_28;
+          if (((*(uint *)(&(v__70))) & (uint)2139095040) != (uint)2139095040) {
+              float v__71 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_28 = (((*(uint *)(&(v__71))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__72 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_29;
+            if (((*(uint *)(&(v__72))) & (uint)8388607) != (uint)0) {
+                float v__73 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_29 = (((*(uint *)(&(v__73))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__74 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_29 = (*(uint *)(&(v__74)));
+            }
+            condval_28 = condval_29;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_28)));
+            float v__75 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_30;
+          if (((*(uint *)(&(v__75))) & (uint)2139095040) != (uint)2139095040) {
+              float v__76 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_30 = (((*(uint *)(&(v__76))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__77 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_31;
+            if (((*(uint *)(&(v__77))) & (uint)8388607) != (uint)0) {
+                float v__78 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_31 = (((*(uint *)(&(v__78))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__79 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_31 = (*(uint *)(&(v__79)));
+            }
+            condval_30 = condval_31;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_30)));
       }
       for (int m_0_2_1 = 0; m_0_2_1 < 4; ++m_0_2_1) {
         for (int n_0_2_1 = 0; n_0_2_1 < 2; ++n_0_2_1) {
@@ -778,7 +483,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3]));
   }
 
   {
@@ -786,25 +491,163 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3]));
   }
         }
       }
     }
   }
   if ((33 <= K) && (33 <= K)) {
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
+    __syncthreads();
     for (int k_0_1_2 = 0; k_0_1_2 < 4; ++k_0_1_2) {
       for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
-        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_2 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            float v__80 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_32;
+          if (((*(uint *)(&(v__80))) & (uint)2139095040) != (uint)2139095040) {
+              float v__81 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_32 = (((*(uint *)(&(v__81))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__82 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_33;
+            if (((*(uint *)(&(v__82))) & (uint)8388607) != (uint)0) {
+                float v__83 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_33 = (((*(uint *)(&(v__83))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__84 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_33 = (*(uint *)(&(v__84)));
+            }
+            condval_32 = condval_33;
+          }
+        a_pad_shared_dyn_warp_ptr_1[(ax0_0_2 * 4)] = (*(float *)(&(condval_32)));
+            float v__85 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_34;
+          if (((*(uint *)(&(v__85))) & (uint)2139095040) != (uint)2139095040) {
+              float v__86 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_34 = (((*(uint *)(&(v__86))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__87 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_35;
+            if (((*(uint *)(&(v__87))) & (uint)8388607) != (uint)0) {
+                float v__88 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_35 = (((*(uint *)(&(v__88))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__89 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_35 = (*(uint *)(&(v__89)));
+            }
+            condval_34 = condval_35;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 1)] = (*(float *)(&(condval_34)));
+            float v__90 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_36;
+          if (((*(uint *)(&(v__90))) & (uint)2139095040) != (uint)2139095040) {
+              float v__91 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_36 = (((*(uint *)(&(v__91))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__92 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_37;
+            if (((*(uint *)(&(v__92))) & (uint)8388607) != (uint)0) {
+                float v__93 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_37 = (((*(uint *)(&(v__93))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__94 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_37 = (*(uint *)(&(v__94)));
+            }
+            condval_36 = condval_37;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 2)] = (*(float *)(&(condval_36)));
+            float v__95 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_38;
+          if (((*(uint *)(&(v__95))) & (uint)2139095040) != (uint)2139095040) {
+              float v__96 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_38 = (((*(uint *)(&(v__96))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__97 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_39;
+            if (((*(uint *)(&(v__97))) & (uint)8388607) != (uint)0) {
+                float v__98 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_39 = (((*(uint *)(&(v__98))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__99 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_39 = (*(uint *)(&(v__99)));
+            }
+            condval_38 = condval_39;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 3)] = (*(float *)(&(condval_38)));
       }
       for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
-        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            float v__100 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_40;
+          if (((*(uint *)(&(v__100))) & (uint)2139095040) != (uint)2139095040) {
+              float v__101 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_40 = (((*(uint *)(&(v__101))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__102 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_41;
+            if (((*(uint *)(&(v__102))) & (uint)8388607) != (uint)0) {
+                float v__103 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_41 = (((*(uint *)(&(v__103))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__104 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_41 = (*(uint *)(&(v__104)));
+            }
+            condval_40 = condval_41;
+          }
+        b_pad_shared_dyn_warp_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_40)));
+            float v__105 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_42;
+          if (((*(uint *)(&(v__105))) & (uint)2139095040) != (uint)2139095040) {
+              float v__106 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_42 = (((*(uint *)(&(v__106))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__107 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_43;
+            if (((*(uint *)(&(v__107))) & (uint)8388607) != (uint)0) {
+                float v__108 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_43 = (((*(uint *)(&(v__108))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__109 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_43 = (*(uint *)(&(v__109)));
+            }
+            condval_42 = condval_43;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_42)));
+            float v__110 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_44;
+          if (((*(uint *)(&(v__110))) & (uint)2139095040) != (uint)2139095040) {
+              float v__111 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_44 = (((*(uint *)(&(v__111))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__112 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_45;
+            if (((*(uint *)(&(v__112))) & (uint)8388607) != (uint)0) {
+                float v__113 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_45 = (((*(uint *)(&(v__113))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__114 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_45 = (*(uint *)(&(v__114)));
+            }
+            condval_44 = condval_45;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_44)));
+            float v__115 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_46;
+          if (((*(uint *)(&(v__115))) & (uint)2139095040) != (uint)2139095040) {
+              float v__116 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_46 = (((*(uint *)(&(v__116))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__117 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_47;
+            if (((*(uint *)(&(v__117))) & (uint)8388607) != (uint)0) {
+                float v__118 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_47 = (((*(uint *)(&(v__118))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__119 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_47 = (*(uint *)(&(v__119)));
+            }
+            condval_46 = condval_47;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_46)));
       }
       for (int m_0_2_2 = 0; m_0_2_2 < 4; ++m_0_2_2) {
         for (int n_0_2_2 = 0; n_0_2_2 < 2; ++n_0_2_2) {
@@ -814,7 +657,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3]));
   }
 
   {
@@ -822,25 +665,163 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3]));
   }
         }
       }
     }
   }
   if ((1 <= K) && (1 <= K)) {
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
+    __syncthreads();
     for (int k_0_1_3 = 0; k_0_1_3 < 4; ++k_0_1_3) {
       for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
-        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_3 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            float v__120 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_48;
+          if (((*(uint *)(&(v__120))) & (uint)2139095040) != (uint)2139095040) {
+              float v__121 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_48 = (((*(uint *)(&(v__121))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__122 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_49;
+            if (((*(uint *)(&(v__122))) & (uint)8388607) != (uint)0) {
+                float v__123 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_49 = (((*(uint *)(&(v__123))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__124 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_49 = (*(uint *)(&(v__124)));
+            }
+            condval_48 = condval_49;
+          }
+        a_pad_shared_dyn_warp_ptr_1[(ax0_0_3 * 4)] = (*(float *)(&(condval_48)));
+            float v__125 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_50;
+          if (((*(uint *)(&(v__125))) & (uint)2139095040) != (uint)2139095040) {
+              float v__126 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_50 = (((*(uint *)(&(v__126))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__127 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_51;
+            if (((*(uint *)(&(v__127))) & (uint)8388607) != (uint)0) {
+                float v__128 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_51 = (((*(uint *)(&(v__128))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__129 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_51 = (*(uint *)(&(v__129)));
+            }
+            condval_50 = condval_51;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 1)] = (*(float *)(&(condval_50)));
+            float v__130 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_52;
+          if (((*(uint *)(&(v__130))) & (uint)2139095040) != (uint)2139095040) {
+              float v__131 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_52 = (((*(uint *)(&(v__131))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__132 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_53;
+            if (((*(uint *)(&(v__132))) & (uint)8388607) != (uint)0) {
+                float v__133 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_53 = (((*(uint *)(&(v__133))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__134 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_53 = (*(uint *)(&(v__134)));
+            }
+            condval_52 = condval_53;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 2)] = (*(float *)(&(condval_52)));
+            float v__135 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_54;
+          if (((*(uint *)(&(v__135))) & (uint)2139095040) != (uint)2139095040) {
+              float v__136 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_54 = (((*(uint *)(&(v__136))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__137 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_55;
+            if (((*(uint *)(&(v__137))) & (uint)8388607) != (uint)0) {
+                float v__138 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_55 = (((*(uint *)(&(v__138))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__139 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_55 = (*(uint *)(&(v__139)));
+            }
+            condval_54 = condval_55;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 3)] = (*(float *)(&(condval_54)));
       }
       for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
-        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            float v__140 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_56;
+          if (((*(uint *)(&(v__140))) & (uint)2139095040) != (uint)2139095040) {
+              float v__141 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_56 = (((*(uint *)(&(v__141))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__142 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_57;
+            if (((*(uint *)(&(v__142))) & (uint)8388607) != (uint)0) {
+                float v__143 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_57 = (((*(uint *)(&(v__143))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__144 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_57 = (*(uint *)(&(v__144)));
+            }
+            condval_56 = condval_57;
+          }
+        b_pad_shared_dyn_warp_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_56)));
+            float v__145 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_58;
+          if (((*(uint *)(&(v__145))) & (uint)2139095040) != (uint)2139095040) {
+              float v__146 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_58 = (((*(uint *)(&(v__146))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__147 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_59;
+            if (((*(uint *)(&(v__147))) & (uint)8388607) != (uint)0) {
+                float v__148 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_59 = (((*(uint *)(&(v__148))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__149 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_59 = (*(uint *)(&(v__149)));
+            }
+            condval_58 = condval_59;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_58)));
+            float v__150 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_60;
+          if (((*(uint *)(&(v__150))) & (uint)2139095040) != (uint)2139095040) {
+              float v__151 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_60 = (((*(uint *)(&(v__151))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__152 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_61;
+            if (((*(uint *)(&(v__152))) & (uint)8388607) != (uint)0) {
+                float v__153 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_61 = (((*(uint *)(&(v__153))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__154 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_61 = (*(uint *)(&(v__154)));
+            }
+            condval_60 = condval_61;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_60)));
+            float v__155 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_62;
+          if (((*(uint *)(&(v__155))) & (uint)2139095040) != (uint)2139095040) {
+              float v__156 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_62 = (((*(uint *)(&(v__156))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__157 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_63;
+            if (((*(uint *)(&(v__157))) & (uint)8388607) != (uint)0) {
+                float v__158 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_63 = (((*(uint *)(&(v__158))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__159 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_63 = (*(uint *)(&(v__159)));
+            }
+            condval_62 = condval_63;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_62)));
       }
       for (int m_0_2_3 = 0; m_0_2_3 < 4; ++m_0_2_3) {
         for (int n_0_2_3 = 0; n_0_2_3 < 2; ++n_0_2_3) {
@@ -850,7 +831,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3]));
   }
 
   {
@@ -858,7 +839,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3]));
   }
         }
       }
@@ -888,10 +869,10 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
 extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel_1(float* __restrict__ a_ptr, float* __restrict__ b_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int b_s0) {
   extern __shared__ __align__(64) uchar buf_dyn_shmem_ptr[];
   alignas(64) float acc_pad_shared_dyn_warp_1_ptr[64];
-  alignas(64) float a_tf32_pad_shared_dyn_warp_1_ptr[16];
-  alignas(64) float b_tf32_pad_shared_dyn_warp_1_ptr[8];
-  alignas(64) float a_tf32_pad_shared_dyn_warp_1_ptr_1[16];
-  alignas(64) float b_tf32_pad_shared_dyn_warp_1_ptr_1[256];
+  alignas(64) float a_pad_shared_dyn_warp_1_ptr[16];
+  alignas(64) float b_pad_shared_dyn_warp_1_ptr[8];
+  alignas(64) float a_pad_shared_dyn_warp_1_ptr_1[16];
+  alignas(64) float b_pad_shared_dyn_warp_1_ptr_1[256];
   for (int m_0_2_init = 0; m_0_2_init < 4; ++m_0_2_init) {
     for (int n_0_2_init = 0; n_0_2_init < 2; ++n_0_2_init) {
       acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8))] = 0x0p+0f/*0.000000e+00*/;
@@ -908,24 +889,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
     for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 16; ++ax0_ax1_fused_0) {
       float condval;
       if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) < M) && (((int)threadIdx.x) < K)) {
-            float v_ = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
-          uint condval_1;
-          if (((*(uint *)(&(v_))) & (uint)2139095040) != (uint)2139095040) {
-              float v__1 = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
-            condval_1 = (((*(uint *)(&(v__1))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__2 = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
-            uint condval_2;
-            if (((*(uint *)(&(v__2))) & (uint)8388607) != (uint)0) {
-                float v__3 = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
-              condval_2 = (((*(uint *)(&(v__3))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__4 = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
-              condval_2 = (*(uint *)(&(v__4)));
-            }
-            condval_1 = condval_2;
-          }
-        condval = (*(float *)(&(condval_1)));
+        condval = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
       } else {
         condval = 0x0p+0f/*0.000000e+00*/;
       }
@@ -934,211 +898,228 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
   }
   if (0 < K) {
     for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 16; ++ax0_ax1_fused_0_1) {
-      float condval_3;
+      float condval_1;
       if ((((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-            float v__5 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
-          uint condval_4;
-          if (((*(uint *)(&(v__5))) & (uint)2139095040) != (uint)2139095040) {
-              float v__6 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
-            condval_4 = (((*(uint *)(&(v__6))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__7 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
-            uint condval_5;
-            if (((*(uint *)(&(v__7))) & (uint)8388607) != (uint)0) {
-                float v__8 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
-              condval_5 = (((*(uint *)(&(v__8))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__9 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
-              condval_5 = (*(uint *)(&(v__9)));
-            }
-            condval_4 = condval_5;
-          }
-        condval_3 = (*(float *)(&(condval_4)));
+        condval_1 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
       } else {
-        condval_3 = 0x0p+0f/*0.000000e+00*/;
+        condval_1 = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_1 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] = condval_3;
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_1 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] = condval_1;
     }
   }
   if (32 < K) {
     for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 16; ++ax0_ax1_fused_0_2) {
-      float condval_6;
+      float condval_2;
       if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 32) < K)) {
-            float v__10 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
-          uint condval_7;
-          if (((*(uint *)(&(v__10))) & (uint)2139095040) != (uint)2139095040) {
-              float v__11 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
-            condval_7 = (((*(uint *)(&(v__11))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__12 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
-            uint condval_8;
-            if (((*(uint *)(&(v__12))) & (uint)8388607) != (uint)0) {
-                float v__13 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
-              condval_8 = (((*(uint *)(&(v__13))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__14 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
-              condval_8 = (*(uint *)(&(v__14)));
-            }
-            condval_7 = condval_8;
-          }
-        condval_6 = (*(float *)(&(condval_7)));
+        condval_2 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
       } else {
-        condval_6 = 0x0p+0f/*0.000000e+00*/;
+        condval_2 = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_2 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 21504)] = condval_6;
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_2 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 21504)] = condval_2;
     }
   }
   if (32 < K) {
     for (int ax0_ax1_fused_0_3 = 0; ax0_ax1_fused_0_3 < 16; ++ax0_ax1_fused_0_3) {
-      float condval_9;
+      float condval_3;
       if (((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-            float v__15 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
-          uint condval_10;
-          if (((*(uint *)(&(v__15))) & (uint)2139095040) != (uint)2139095040) {
-              float v__16 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
-            condval_10 = (((*(uint *)(&(v__16))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__17 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
-            uint condval_11;
-            if (((*(uint *)(&(v__17))) & (uint)8388607) != (uint)0) {
-                float v__18 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
-              condval_11 = (((*(uint *)(&(v__18))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__19 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
-              condval_11 = (*(uint *)(&(v__19)));
-            }
-            condval_10 = condval_11;
-          }
-        condval_9 = (*(float *)(&(condval_10)));
+        condval_3 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
       } else {
-        condval_9 = 0x0p+0f/*0.000000e+00*/;
+        condval_3 = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_3 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) + 4224)] = condval_9;
+      ((float*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_3 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) + 4224)] = condval_3;
     }
   }
   if (64 < K) {
     for (int ax0_ax1_fused_0_4 = 0; ax0_ax1_fused_0_4 < 16; ++ax0_ax1_fused_0_4) {
-      float condval_12;
+      float condval_4;
       if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 64) < K)) {
-            float v__20 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
-          uint condval_13;
-          if (((*(uint *)(&(v__20))) & (uint)2139095040) != (uint)2139095040) {
-              float v__21 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
-            condval_13 = (((*(uint *)(&(v__21))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__22 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
-            uint condval_14;
-            if (((*(uint *)(&(v__22))) & (uint)8388607) != (uint)0) {
-                float v__23 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
-              condval_14 = (((*(uint *)(&(v__23))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__24 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
-              condval_14 = (*(uint *)(&(v__24)));
-            }
-            condval_13 = condval_14;
-          }
-        condval_12 = (*(float *)(&(condval_13)));
+        condval_4 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
       } else {
-        condval_12 = 0x0p+0f/*0.000000e+00*/;
+        condval_4 = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_4 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 26112)] = condval_12;
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_4 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 26112)] = condval_4;
     }
   }
   if (64 < K) {
     for (int ax0_ax1_fused_0_5 = 0; ax0_ax1_fused_0_5 < 16; ++ax0_ax1_fused_0_5) {
-      float condval_15;
+      float condval_5;
       if (((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-            float v__25 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
-          uint condval_16;
-          if (((*(uint *)(&(v__25))) & (uint)2139095040) != (uint)2139095040) {
-              float v__26 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
-            condval_16 = (((*(uint *)(&(v__26))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__27 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
-            uint condval_17;
-            if (((*(uint *)(&(v__27))) & (uint)8388607) != (uint)0) {
-                float v__28 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
-              condval_17 = (((*(uint *)(&(v__28))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__29 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
-              condval_17 = (*(uint *)(&(v__29)));
-            }
-            condval_16 = condval_17;
-          }
-        condval_15 = (*(float *)(&(condval_16)));
+        condval_5 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
       } else {
-        condval_15 = 0x0p+0f/*0.000000e+00*/;
+        condval_5 = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_5 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) + 8448)] = condval_15;
+      ((float*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_5 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) + 8448)] = condval_5;
     }
   }
   for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
     __syncthreads();
     for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 16; ++ax0_ax1_fused_0_6) {
-      float condval_18;
+      float condval_6;
       if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) < M) && ((((k_0_0 * 32) + ((int)threadIdx.x)) + 96) < K)) {
-            float v__30 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
-          uint condval_19;
-          if (((*(uint *)(&(v__30))) & (uint)2139095040) != (uint)2139095040) {
-              float v__31 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
-            condval_19 = (((*(uint *)(&(v__31))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__32 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
-            uint condval_20;
-            if (((*(uint *)(&(v__32))) & (uint)8388607) != (uint)0) {
-                float v__33 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
-              condval_20 = (((*(uint *)(&(v__33))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__34 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
-              condval_20 = (*(uint *)(&(v__34)));
-            }
-            condval_19 = condval_20;
-          }
-        condval_18 = (*(float *)(&(condval_19)));
+        condval_6 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
       } else {
-        condval_18 = 0x0p+0f/*0.000000e+00*/;
+        condval_6 = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 3) & 3) * 4608) + (ax0_ax1_fused_0_6 * 288)) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 16896)] = condval_18;
+      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 3) & 3) * 4608) + (ax0_ax1_fused_0_6 * 288)) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 16896)] = condval_6;
     }
     for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 16; ++ax0_ax1_fused_0_7) {
-      float condval_21;
+      float condval_7;
       if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-            float v__35 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
-          uint condval_22;
-          if (((*(uint *)(&(v__35))) & (uint)2139095040) != (uint)2139095040) {
-              float v__36 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
-            condval_22 = (((*(uint *)(&(v__36))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__37 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
-            uint condval_23;
-            if (((*(uint *)(&(v__37))) & (uint)8388607) != (uint)0) {
-                float v__38 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
-              condval_23 = (((*(uint *)(&(v__38))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__39 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
-              condval_23 = (*(uint *)(&(v__39)));
-            }
-            condval_22 = condval_23;
-          }
-        condval_21 = (*(float *)(&(condval_22)));
+        condval_7 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
       } else {
-        condval_21 = 0x0p+0f/*0.000000e+00*/;
+        condval_7 = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 3) & 3) * 4224) + (ax0_ax1_fused_0_7 * 264)) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] = condval_21;
+      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 3) & 3) * 4224) + (ax0_ax1_fused_0_7 * 264)) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] = condval_7;
     }
     __syncthreads();
     for (int k_0_1 = 0; k_0_1 < 4; ++k_0_1) {
       for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
-        a_tf32_pad_shared_dyn_warp_1_ptr[(ax0_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
-        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
-        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
-        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            float v_ = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_8;
+          if (((*(uint *)(&(v_))) & (uint)2139095040) != (uint)2139095040) {
+              float v__1 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_8 = (((*(uint *)(&(v__1))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__2 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_9;
+            if (((*(uint *)(&(v__2))) & (uint)8388607) != (uint)0) {
+                float v__3 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_9 = (((*(uint *)(&(v__3))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__4 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_9 = (*(uint *)(&(v__4)));
+            }
+            condval_8 = condval_9;
+          }
+        a_pad_shared_dyn_warp_1_ptr[(ax0_0 * 4)] = (*(float *)(&(condval_8)));
+            float v__5 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_10;
+          if (((*(uint *)(&(v__5))) & (uint)2139095040) != (uint)2139095040) {
+              float v__6 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_10 = (((*(uint *)(&(v__6))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__7 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_11;
+            if (((*(uint *)(&(v__7))) & (uint)8388607) != (uint)0) {
+                float v__8 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_11 = (((*(uint *)(&(v__8))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__9 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_11 = (*(uint *)(&(v__9)));
+            }
+            condval_10 = condval_11;
+          }
+        a_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 1)] = (*(float *)(&(condval_10)));
+            float v__10 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_12;
+          if (((*(uint *)(&(v__10))) & (uint)2139095040) != (uint)2139095040) {
+              float v__11 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_12 = (((*(uint *)(&(v__11))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__12 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_13;
+            if (((*(uint *)(&(v__12))) & (uint)8388607) != (uint)0) {
+                float v__13 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_13 = (((*(uint *)(&(v__13))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__14 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_13 = (*(uint *)(&(v__14)));
+            }
+            condval_12 = condval_13;
+          }
+        a_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 2)] = (*(float *)(&(condval_12)));
+            float v__15 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_14;
+          if (((*(uint *)(&(v__15))) & (uint)2139095040) != (uint)2139095040) {
+              float v__16 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_14 = (((*(uint *)(&(v__16))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__17 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_15;
+            if (((*(uint *)(&(v__17))) & (uint)8388607) != (uint)0) {
+                float v__18 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_15 = (((*(uint *)(&(v__18))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__19 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_15 = (*(uint *)(&(v__19)));
+            }
+            condval_14 = condval_15;
+          }
+        a_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 3)] = (*(float *)(&(condval_14)));
       }
       for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
-        b_tf32_pad_shared_dyn_warp_1_ptr[(ax1_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            float v__20 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_16;
+          if (((*(uint *)(&(v__20))) & (uint)2139095040) != (uint)2139095040) {
+              float v__21 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_16 = (((*(uint *)(&(v__21))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__22 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_17;
+            if (((*(uint *)(&(v__22))) & (uint)8388607) != (uint)0) {
+                float v__23 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_17 = (((*(uint *)(&(v__23))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__24 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_17 = (*(uint *)(&(v__24)));
+            }
+            condval_16 = condval_17;
+          }
+        b_pad_shared_dyn_warp_1_ptr[(ax1_0 * 4)] = (*(float *)(&(condval_16)));
+            float v__25 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_18;
+          if (((*(uint *)(&(v__25))) & (uint)2139095040) != (uint)2139095040) {
+              float v__26 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_18 = (((*(uint *)(&(v__26))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__27 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_19;
+            if (((*(uint *)(&(v__27))) & (uint)8388607) != (uint)0) {
+                float v__28 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_19 = (((*(uint *)(&(v__28))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__29 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_19 = (*(uint *)(&(v__29)));
+            }
+            condval_18 = condval_19;
+          }
+        b_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 1)] = (*(float *)(&(condval_18)));
+            float v__30 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_20;
+          if (((*(uint *)(&(v__30))) & (uint)2139095040) != (uint)2139095040) {
+              float v__31 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_20 = (((*(uint *)(&(v__31))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__32 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_21;
+            if (((*(uint *)(&(v__32))) & (uint)8388607) != (uint)0) {
+                float v__33 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_21 = (((*(uint *)(&(v__33))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__34 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_21 = (*(uint *)(&(v__34)));
+            }
+            condval_20 = condval_21;
+          }
+        b_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 2)] = (*(float *)(&(condval_20)));
+            float v__35 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_22;
+          if (((*(uint *)(&(v__35))) & (uint)2139095040) != (uint)2139095040) {
+              float v__36 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_22 = (((*(uint *)(&(v__36))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__37 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_23;
+            if (((*(uint *)(&(v__37))) & (uint)8388607) != (uint)0) {
+                float v__38 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_23 = (((*(uint *)(&(v__38))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__39 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_23 = (*(uint *)(&(v__39)));
+            }
+            condval_22 = condval_23;
+          }
+        b_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 3)] = (*(float *)(&(condval_22)));
       }
       for (int m_0_2 = 0; m_0_2 < 4; ++m_0_2) {
         for (int n_0_2 = 0; n_0_2 < 2; ++n_0_2) {
@@ -1148,7 +1129,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr + (n_0_2 * 4)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr + (n_0_2 * 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + (n_0_2 * 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + (n_0_2 * 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
   }
 
   {
@@ -1156,7 +1137,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr + ((n_0_2 * 4) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr + ((n_0_2 * 4) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + ((n_0_2 * 4) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + ((n_0_2 * 4) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
   }
         }
       }
@@ -1165,16 +1146,152 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
   if ((65 <= K) && (65 <= K)) {
     for (int k_0_1_1 = 0; k_0_1_1 < 4; ++k_0_1_1) {
       for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_1 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            float v__40 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_24;
+          if (((*(uint *)(&(v__40))) & (uint)2139095040) != (uint)2139095040) {
+              float v__41 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_24 = (((*(uint *)(&(v__41))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__42 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_25;
+            if (((*(uint *)(&(v__42))) & (uint)8388607) != (uint)0) {
+                float v__43 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_25 = (((*(uint *)(&(v__43))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__44 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_25 = (*(uint *)(&(v__44)));
+            }
+            condval_24 = condval_25;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[(ax0_0_1 * 4)] = (*(float *)(&(condval_24)));
+            float v__45 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_26;
+          if (((*(uint *)(&(v__45))) & (uint)2139095040) != (uint)2139095040) {
+              float v__46 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_26 = (((*(uint *)(&(v__46))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__47 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_27;
+            if (((*(uint *)(&(v__47))) & (uint)8388607) != (uint)0) {
+                float v__48 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_27 = (((*(uint *)(&(v__48))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__49 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_27 = (*(uint *)(&(v__49)));
+            }
+            condval_26 = condval_27;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 1)] = (*(float *)(&(condval_26)));
+            float v__50 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_28;
+          if (((*(uint *)(&(v__50))) & (uint)2139095040) != (uint)2139095040) {
+              float v__51 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_28 = (((*(uint *)(&(v__51))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__52 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_29;
+            if (((*(uint *)(&(v__52))) & (uint)8388607) != (uint)0) {
+                float v__53 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_29 = (((*(uint *)(&(v__53))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__54 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_29 = (*(uint *)(&(v__54)));
+            }
+            condval_28 = condval_29;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 2)] = (*(float *)(&(condval_28)));
+            float v__55 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_30;
+          if (((*(uint *)(&(v__55))) & (uint)2139095040) != (uint)2139095040) {
+              float v__56 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_30 = (((*(uint *)(&(v__56))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__57 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_31;
+            if (((*(uint *)(&(v__57))) & (uint)8388607) != (uint)0) {
+                float v__58 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_31 = (((*(uint *)(&(v__58))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__59 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_31 = (*(uint *)(&(v__59)));
+            }
+            condval_30 = condval_31;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 3)] = (*(float *)(&(condval_30)));
       }
       for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            float v__60 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_32;
+          if (((*(uint *)(&(v__60))) & (uint)2139095040) != (uint)2139095040) {
+              float v__61 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_32 = (((*(uint *)(&(v__61))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__62 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_33;
+            if (((*(uint *)(&(v__62))) & (uint)8388607) != (uint)0) {
+                float v__63 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_33 = (((*(uint *)(&(v__63))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__64 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_33 = (*(uint *)(&(v__64)));
+            }
+            condval_32 = condval_33;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_32)));
+            float v__65 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_34;
+          if (((*(uint *)(&(v__65))) & (uint)2139095040) != (uint)2139095040) {
+              float v__66 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_34 = (((*(uint *)(&(v__66))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__67 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_35;
+            if (((*(uint *)(&(v__67))) & (uint)8388607) != (uint)0) {
+                float v__68 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_35 = (((*(uint *)(&(v__68))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__69 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_35 = (*(uint *)(&(v__69)));
+            }
+            condval_34 = condval_35;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_34)));
+            float v__70 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_36;
+          if (((*(uint *)(&(v__70))) & (uint)2139095040) != (uint)2139095040) {
+              float v__71 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_36 = (((*(uint *)(&(v__71))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__72 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_37;
+            if (((*(uint *)(&(v__72))) & (uint)8388607) != (uint)0) {
+                float v__73 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_37 = (((*(uint *)(&(v__73))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__74 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_37 = (*(uint *)(&(v__74)));
+            }
+            condval_36 = condval_37;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_36)));
+            float v__75 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_38;
+          if (((*(uint *)(&(v__75))) & (uint)2139095040) != (uint)2139095040) {
+              float v__76 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_38 = (((*(uint *)(&(v__76))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__77 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_39;
+            if (((*(uint *)(&(v__77))) & (uint)8388607) != (uint)0) {
+                float v__78 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_39 = (((*(uint *)(&(v__78))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__79 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_39 = (*(uint *)(&(v__79)));
+            }
+            condval_38 = condval_39;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_38)));
       }
       for (int m_0_2_1 = 0; m_0_2_1 < 4; ++m_0_2_1) {
         for (int n_0_2_1 = 0; n_0_2_1 < 2; ++n_0_2_1) {
@@ -1184,7 +1301,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3]));
   }
 
   {
@@ -1192,7 +1309,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3]));
   }
         }
       }
@@ -1201,16 +1318,152 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
   if ((33 <= K) && (33 <= K)) {
     for (int k_0_1_2 = 0; k_0_1_2 < 4; ++k_0_1_2) {
       for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_2 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            float v__80 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_40;
+          if (((*(uint *)(&(v__80))) & (uint)2139095040) != (uint)2139095040) {
+              float v__81 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_40 = (((*(uint *)(&(v__81))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__82 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_41;
+            if (((*(uint *)(&(v__82))) & (uint)8388607) != (uint)0) {
+                float v__83 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_41 = (((*(uint *)(&(v__83))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__84 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_41 = (*(uint *)(&(v__84)));
+            }
+            condval_40 = condval_41;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[(ax0_0_2 * 4)] = (*(float *)(&(condval_40)));
+            float v__85 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_42;
+          if (((*(uint *)(&(v__85))) & (uint)2139095040) != (uint)2139095040) {
+              float v__86 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_42 = (((*(uint *)(&(v__86))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__87 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_43;
+            if (((*(uint *)(&(v__87))) & (uint)8388607) != (uint)0) {
+                float v__88 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_43 = (((*(uint *)(&(v__88))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__89 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_43 = (*(uint *)(&(v__89)));
+            }
+            condval_42 = condval_43;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 1)] = (*(float *)(&(condval_42)));
+            float v__90 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_44;
+          if (((*(uint *)(&(v__90))) & (uint)2139095040) != (uint)2139095040) {
+              float v__91 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_44 = (((*(uint *)(&(v__91))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__92 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_45;
+            if (((*(uint *)(&(v__92))) & (uint)8388607) != (uint)0) {
+                float v__93 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_45 = (((*(uint *)(&(v__93))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__94 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_45 = (*(uint *)(&(v__94)));
+            }
+            condval_44 = condval_45;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 2)] = (*(float *)(&(condval_44)));
+            float v__95 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_46;
+          if (((*(uint *)(&(v__95))) & (uint)2139095040) != (uint)2139095040) {
+              float v__96 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_46 = (((*(uint *)(&(v__96))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__97 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_47;
+            if (((*(uint *)(&(v__97))) & (uint)8388607) != (uint)0) {
+                float v__98 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_47 = (((*(uint *)(&(v__98))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__99 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_47 = (*(uint *)(&(v__99)));
+            }
+            condval_46 = condval_47;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 3)] = (*(float *)(&(condval_46)));
       }
       for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            float v__100 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_48;
+          if (((*(uint *)(&(v__100))) & (uint)2139095040) != (uint)2139095040) {
+              float v__101 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_48 = (((*(uint *)(&(v__101))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__102 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_49;
+            if (((*(uint *)(&(v__102))) & (uint)8388607) != (uint)0) {
+                float v__103 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_49 = (((*(uint *)(&(v__103))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__104 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_49 = (*(uint *)(&(v__104)));
+            }
+            condval_48 = condval_49;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_48)));
+            float v__105 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_50;
+          if (((*(uint *)(&(v__105))) & (uint)2139095040) != (uint)2139095040) {
+              float v__106 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_50 = (((*(uint *)(&(v__106))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__107 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_51;
+            if (((*(uint *)(&(v__107))) & (uint)8388607) != (uint)0) {
+                float v__108 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_51 = (((*(uint *)(&(v__108))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__109 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_51 = (*(uint *)(&(v__109)));
+            }
+            condval_50 = condval_51;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_50)));
+            float v__110 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_52;
+          if (((*(uint *)(&(v__110))) & (uint)2139095040) != (uint)2139095040) {
+              float v__111 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_52 = (((*(uint *)(&(v__111))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__112 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_53;
+            if (((*(uint *)(&(v__112))) & (uint)8388607) != (uint)0) {
+                float v__113 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_53 = (((*(uint *)(&(v__113))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__114 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_53 = (*(uint *)(&(v__114)));
+            }
+            condval_52 = condval_53;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_52)));
+            float v__115 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_54;
+          if (((*(uint *)(&(v__115))) & (uint)2139095040) != (uint)2139095040) {
+              float v__116 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_54 = (((*(uint *)(&(v__116))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__117 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_55;
+            if (((*(uint *)(&(v__117))) & (uint)8388607) != (uint)0) {
+                float v__118 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_55 = (((*(uint *)(&(v__118))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__119 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_55 = (*(uint *)(&(v__119)));
+            }
+            condval_54 = condval_55;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_54)));
       }
       for (int m_0_2_2 = 0; m_0_2_2 < 4; ++m_0_2_2) {
         for (int n_0_2_2 = 0; n_0_2_2 < 2; ++n_0_2_2) {
@@ -1220,7 +1473,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3]));
   }
 
   {
@@ -1228,7 +1481,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3]));
   }
         }
       }
@@ -1237,16 +1490,152 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
   if ((1 <= K) && (1 <= K)) {
     for (int k_0_1_3 = 0; k_0_1_3 < 4; ++k_0_1_3) {
       for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_3 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            float v__120 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_56;
+          if (((*(uint *)(&(v__120))) & (uint)2139095040) != (uint)2139095040) {
+              float v__121 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_56 = (((*(uint *)(&(v__121))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__122 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_57;
+            if (((*(uint *)(&(v__122))) & (uint)8388607) != (uint)0) {
+                float v__123 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_57 = (((*(uint *)(&(v__123))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__124 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_57 = (*(uint *)(&(v__124)));
+            }
+            condval_56 = condval_57;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[(ax0_0_3 * 4)] = (*(float *)(&(condval_56)));
+            float v__125 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_58;
+          if (((*(uint *)(&(v__125))) & (uint)2139095040) != (uint)2139095040) {
+              float v__126 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_58 = (((*(uint *)(&(v__126))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__127 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_59;
+            if (((*(uint *)(&(v__127))) & (uint)8388607) != (uint)0) {
+                float v__128 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_59 = (((*(uint *)(&(v__128))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__129 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_59 = (*(uint *)(&(v__129)));
+            }
+            condval_58 = condval_59;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 1)] = (*(float *)(&(condval_58)));
+            float v__130 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_60;
+          if (((*(uint *)(&(v__130))) & (uint)2139095040) != (uint)2139095040) {
+              float v__131 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_60 = (((*(uint *)(&(v__131))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__132 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_61;
+            if (((*(uint *)(&(v__132))) & (uint)8388607) != (uint)0) {
+                float v__133 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_61 = (((*(uint *)(&(v__133))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__134 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_61 = (*(uint *)(&(v__134)));
+            }
+            condval_60 = condval_61;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 2)] = (*(float *)(&(condval_60)));
+            float v__135 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_62;
+          if (((*(uint *)(&(v__135))) & (uint)2139095040) != (uint)2139095040) {
+              float v__136 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_62 = (((*(uint *)(&(v__136))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__137 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_63;
+            if (((*(uint *)(&(v__137))) & (uint)8388607) != (uint)0) {
+                float v__138 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_63 = (((*(uint *)(&(v__138))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__139 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_63 = (*(uint *)(&(v__139)));
+            }
+            condval_62 = condval_63;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 3)] = (*(float *)(&(condval_62)));
       }
       for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            float v__140 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_64;
+          if (((*(uint *)(&(v__140))) & (uint)2139095040) != (uint)2139095040) {
+              float v__141 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_64 = (((*(uint *)(&(v__141))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__142 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_65;
+            if (((*(uint *)(&(v__142))) & (uint)8388607) != (uint)0) {
+                float v__143 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_65 = (((*(uint *)(&(v__143))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__144 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_65 = (*(uint *)(&(v__144)));
+            }
+            condval_64 = condval_65;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_64)));
+            float v__145 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_66;
+          if (((*(uint *)(&(v__145))) & (uint)2139095040) != (uint)2139095040) {
+              float v__146 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_66 = (((*(uint *)(&(v__146))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__147 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_67;
+            if (((*(uint *)(&(v__147))) & (uint)8388607) != (uint)0) {
+                float v__148 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_67 = (((*(uint *)(&(v__148))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__149 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_67 = (*(uint *)(&(v__149)));
+            }
+            condval_66 = condval_67;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_66)));
+            float v__150 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_68;
+          if (((*(uint *)(&(v__150))) & (uint)2139095040) != (uint)2139095040) {
+              float v__151 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_68 = (((*(uint *)(&(v__151))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__152 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_69;
+            if (((*(uint *)(&(v__152))) & (uint)8388607) != (uint)0) {
+                float v__153 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_69 = (((*(uint *)(&(v__153))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__154 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_69 = (*(uint *)(&(v__154)));
+            }
+            condval_68 = condval_69;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_68)));
+            float v__155 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_70;
+          if (((*(uint *)(&(v__155))) & (uint)2139095040) != (uint)2139095040) {
+              float v__156 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_70 = (((*(uint *)(&(v__156))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__157 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_71;
+            if (((*(uint *)(&(v__157))) & (uint)8388607) != (uint)0) {
+                float v__158 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_71 = (((*(uint *)(&(v__158))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__159 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_71 = (*(uint *)(&(v__159)));
+            }
+            condval_70 = condval_71;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_70)));
       }
       for (int m_0_2_3 = 0; m_0_2_3 < 4; ++m_0_2_3) {
         for (int n_0_2_3 = 0; n_0_2_3 < 2; ++n_0_2_3) {
@@ -1256,7 +1645,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3]));
   }
 
   {
@@ -1264,7 +1653,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3]));
   }
         }
       }
@@ -1294,10 +1683,10 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
 extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kernel(float* __restrict__ a_v_ptr, float* __restrict__ addend_ptr, float* __restrict__ b_v_ptr, float* __restrict__ c_v_ptr, int K, int M, int N, int a_s0, int addend_s0, int b_s0) {
   extern __shared__ __align__(64) uchar buf_dyn_shmem_ptr[];
   alignas(64) float acc_pad_shared_dyn_warp_ptr[64];
-  alignas(64) float a_tf32_pad_shared_dyn_warp_ptr[16];
-  alignas(64) float b_tf32_pad_shared_dyn_warp_ptr[8];
-  alignas(64) float a_tf32_pad_shared_dyn_warp_ptr_1[16];
-  alignas(64) float b_tf32_pad_shared_dyn_warp_ptr_1[256];
+  alignas(64) float a_pad_shared_dyn_warp_ptr[16];
+  alignas(64) float b_pad_shared_dyn_warp_ptr[8];
+  alignas(64) float a_pad_shared_dyn_warp_ptr_1[16];
+  alignas(64) float b_pad_shared_dyn_warp_ptr_1[256];
   for (int m_0_2_init = 0; m_0_2_init < 4; ++m_0_2_init) {
     for (int n_0_2_init = 0; n_0_2_init < 2; ++n_0_2_init) {
       acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8))] = 0x0p+0f/*0.000000e+00*/;
@@ -1312,647 +1701,190 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
   }
   if (0 < K) {
     for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 4; ++ax0_ax1_fused_0) {
-      float4 condval;
-      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < 0)) {
-          uint4 __1;
-          ushort4 __2;
-            uint4 __3;
-                float4 v_ = *(float4*)(a_v_ptr + (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)));
-              uint4 v__1 = *(uint4 *)(&(v_));
-              uint4 v__2 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-              __3.x = (v__1.x&v__2.x);
-              __3.y = (v__1.y&v__2.y);
-              __3.z = (v__1.z&v__2.z);
-              __3.w = (v__1.w&v__2.w);
-            uint4 v__3 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-            __2.x = (__3.x!=v__3.x);
-            __2.y = (__3.y!=v__3.y);
-            __2.z = (__3.z!=v__3.z);
-            __2.w = (__3.w!=v__3.w);
-          uint4 __4;
-            uint4 __5;
-                float4 v__4 = *(float4*)(a_v_ptr + (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)));
-              uint4 v__5 = *(uint4 *)(&(v__4));
-              uint4 v__6 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
-              __5.x = (v__5.x+v__6.x);
-              __5.y = (v__5.y+v__6.y);
-              __5.z = (v__5.z+v__6.z);
-              __5.w = (v__5.w+v__6.w);
-            uint4 v__7 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __4.x = (__5.x&v__7.x);
-            __4.y = (__5.y&v__7.y);
-            __4.z = (__5.z&v__7.z);
-            __4.w = (__5.w&v__7.w);
-          uint4 __6;
-          ushort4 __7;
-            uint4 __8;
-                float4 v__8 = *(float4*)(a_v_ptr + (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)));
-              uint4 v__9 = *(uint4 *)(&(v__8));
-              uint4 v__10 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
-              __8.x = (v__9.x&v__10.x);
-              __8.y = (v__9.y&v__10.y);
-              __8.z = (v__9.z&v__10.z);
-              __8.w = (v__9.w&v__10.w);
-            uint4 v__11 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
-            __7.x = (__8.x!=v__11.x);
-            __7.y = (__8.y!=v__11.y);
-            __7.z = (__8.z!=v__11.z);
-            __7.w = (__8.w!=v__11.w);
-          uint4 __9;
-            uint4 __10;
-                float4 v__12 = *(float4*)(a_v_ptr + (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)));
-              uint4 v__13 = *(uint4 *)(&(v__12));
-              uint4 v__14 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
-              __10.x = (v__13.x|v__14.x);
-              __10.y = (v__13.y|v__14.y);
-              __10.z = (v__13.z|v__14.z);
-              __10.w = (v__13.w|v__14.w);
-            uint4 v__15 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __9.x = (__10.x&v__15.x);
-            __9.y = (__10.y&v__15.y);
-            __9.z = (__10.z&v__15.z);
-            __9.w = (__10.w&v__15.w);
-            float4 v__16 = *(float4*)(a_v_ptr + (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)));
-          uint4 v__17 = *(uint4 *)(&(v__16));
-          __6.x = (bool(__7.x)?__9.x:v__17.x);
-          __6.y = (bool(__7.y)?__9.y:v__17.y);
-          __6.z = (bool(__7.z)?__9.z:v__17.z);
-          __6.w = (bool(__7.w)?__9.w:v__17.w);
-          __1.x = (bool(__2.x)?__4.x:__6.x);
-          __1.y = (bool(__2.y)?__4.y:__6.y);
-          __1.z = (bool(__2.z)?__4.z:__6.z);
-          __1.w = (bool(__2.w)?__4.w:__6.w);
-        condval = (*(float4 *)(&(__1)));
-      } else {
-        condval = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-      }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 16896)) = condval;
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 16896), a_v_ptr, (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < 0)));
     }
-  }
-  if (0 < K) {
     for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 4; ++ax0_ax1_fused_0_1) {
-      float4 condval_1;
-      if ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
-          uint4 __11;
-          ushort4 __12;
-            uint4 __13;
-                float4 v__18 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)));
-              uint4 v__19 = *(uint4 *)(&(v__18));
-              uint4 v__20 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-              __13.x = (v__19.x&v__20.x);
-              __13.y = (v__19.y&v__20.y);
-              __13.z = (v__19.z&v__20.z);
-              __13.w = (v__19.w&v__20.w);
-            uint4 v__21 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-            __12.x = (__13.x!=v__21.x);
-            __12.y = (__13.y!=v__21.y);
-            __12.z = (__13.z!=v__21.z);
-            __12.w = (__13.w!=v__21.w);
-          uint4 __14;
-            uint4 __15;
-                float4 v__22 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)));
-              uint4 v__23 = *(uint4 *)(&(v__22));
-              uint4 v__24 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
-              __15.x = (v__23.x+v__24.x);
-              __15.y = (v__23.y+v__24.y);
-              __15.z = (v__23.z+v__24.z);
-              __15.w = (v__23.w+v__24.w);
-            uint4 v__25 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __14.x = (__15.x&v__25.x);
-            __14.y = (__15.y&v__25.y);
-            __14.z = (__15.z&v__25.z);
-            __14.w = (__15.w&v__25.w);
-          uint4 __16;
-          ushort4 __17;
-            uint4 __18;
-                float4 v__26 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)));
-              uint4 v__27 = *(uint4 *)(&(v__26));
-              uint4 v__28 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
-              __18.x = (v__27.x&v__28.x);
-              __18.y = (v__27.y&v__28.y);
-              __18.z = (v__27.z&v__28.z);
-              __18.w = (v__27.w&v__28.w);
-            uint4 v__29 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
-            __17.x = (__18.x!=v__29.x);
-            __17.y = (__18.y!=v__29.y);
-            __17.z = (__18.z!=v__29.z);
-            __17.w = (__18.w!=v__29.w);
-          uint4 __19;
-            uint4 __20;
-                float4 v__30 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)));
-              uint4 v__31 = *(uint4 *)(&(v__30));
-              uint4 v__32 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
-              __20.x = (v__31.x|v__32.x);
-              __20.y = (v__31.y|v__32.y);
-              __20.z = (v__31.z|v__32.z);
-              __20.w = (v__31.w|v__32.w);
-            uint4 v__33 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __19.x = (__20.x&v__33.x);
-            __19.y = (__20.y&v__33.y);
-            __19.z = (__20.z&v__33.z);
-            __19.w = (__20.w&v__33.w);
-            float4 v__34 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)));
-          uint4 v__35 = *(uint4 *)(&(v__34));
-          __16.x = (bool(__17.x)?__19.x:v__35.x);
-          __16.y = (bool(__17.y)?__19.y:v__35.y);
-          __16.z = (bool(__17.z)?__19.z:v__35.z);
-          __16.w = (bool(__17.w)?__19.w:v__35.w);
-          __11.x = (bool(__12.x)?__14.x:__16.x);
-          __11.y = (bool(__12.y)?__14.y:__16.y);
-          __11.z = (bool(__12.z)?__14.z:__16.z);
-          __11.w = (bool(__12.w)?__14.w:__16.w);
-        condval_1 = (*(float4 *)(&(__11)));
-      } else {
-        condval_1 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-      }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((ax0_ax1_fused_0_1 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4))) = condval_1;
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, (((ax0_ax1_fused_0_1 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)), ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)));
     }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
   }
   if (32 < K) {
     for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 4; ++ax0_ax1_fused_0_2) {
-      float4 condval_2;
-      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < -8)) {
-          uint4 __21;
-          ushort4 __22;
-            uint4 __23;
-                float4 v__36 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32));
-              uint4 v__37 = *(uint4 *)(&(v__36));
-              uint4 v__38 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-              __23.x = (v__37.x&v__38.x);
-              __23.y = (v__37.y&v__38.y);
-              __23.z = (v__37.z&v__38.z);
-              __23.w = (v__37.w&v__38.w);
-            uint4 v__39 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-            __22.x = (__23.x!=v__39.x);
-            __22.y = (__23.y!=v__39.y);
-            __22.z = (__23.z!=v__39.z);
-            __22.w = (__23.w!=v__39.w);
-          uint4 __24;
-            uint4 __25;
-                float4 v__40 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32));
-              uint4 v__41 = *(uint4 *)(&(v__40));
-              uint4 v__42 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
-              __25.x = (v__41.x+v__42.x);
-              __25.y = (v__41.y+v__42.y);
-              __25.z = (v__41.z+v__42.z);
-              __25.w = (v__41.w+v__42.w);
-            uint4 v__43 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __24.x = (__25.x&v__43.x);
-            __24.y = (__25.y&v__43.y);
-            __24.z = (__25.z&v__43.z);
-            __24.w = (__25.w&v__43.w);
-          uint4 __26;
-          ushort4 __27;
-            uint4 __28;
-                float4 v__44 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32));
-              uint4 v__45 = *(uint4 *)(&(v__44));
-              uint4 v__46 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
-              __28.x = (v__45.x&v__46.x);
-              __28.y = (v__45.y&v__46.y);
-              __28.z = (v__45.z&v__46.z);
-              __28.w = (v__45.w&v__46.w);
-            uint4 v__47 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
-            __27.x = (__28.x!=v__47.x);
-            __27.y = (__28.y!=v__47.y);
-            __27.z = (__28.z!=v__47.z);
-            __27.w = (__28.w!=v__47.w);
-          uint4 __29;
-            uint4 __30;
-                float4 v__48 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32));
-              uint4 v__49 = *(uint4 *)(&(v__48));
-              uint4 v__50 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
-              __30.x = (v__49.x|v__50.x);
-              __30.y = (v__49.y|v__50.y);
-              __30.z = (v__49.z|v__50.z);
-              __30.w = (v__49.w|v__50.w);
-            uint4 v__51 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __29.x = (__30.x&v__51.x);
-            __29.y = (__30.y&v__51.y);
-            __29.z = (__30.z&v__51.z);
-            __29.w = (__30.w&v__51.w);
-            float4 v__52 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32));
-          uint4 v__53 = *(uint4 *)(&(v__52));
-          __26.x = (bool(__27.x)?__29.x:v__53.x);
-          __26.y = (bool(__27.y)?__29.y:v__53.y);
-          __26.z = (bool(__27.z)?__29.z:v__53.z);
-          __26.w = (bool(__27.w)?__29.w:v__53.w);
-          __21.x = (bool(__22.x)?__24.x:__26.x);
-          __21.y = (bool(__22.y)?__24.y:__26.y);
-          __21.z = (bool(__22.z)?__24.z:__26.z);
-          __21.w = (bool(__22.w)?__24.w:__26.w);
-        condval_2 = (*(float4 *)(&(__21)));
-      } else {
-        condval_2 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-      }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0_2 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 21504)) = condval_2;
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_2 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 21504), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < -8)));
     }
-  }
-  if (32 < K) {
     for (int ax0_ax1_fused_0_3 = 0; ax0_ax1_fused_0_3 < 4; ++ax0_ax1_fused_0_3) {
-      float4 condval_3;
-      if (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
-          uint4 __31;
-          ushort4 __32;
-            uint4 __33;
-                float4 v__54 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)));
-              uint4 v__55 = *(uint4 *)(&(v__54));
-              uint4 v__56 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-              __33.x = (v__55.x&v__56.x);
-              __33.y = (v__55.y&v__56.y);
-              __33.z = (v__55.z&v__56.z);
-              __33.w = (v__55.w&v__56.w);
-            uint4 v__57 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-            __32.x = (__33.x!=v__57.x);
-            __32.y = (__33.y!=v__57.y);
-            __32.z = (__33.z!=v__57.z);
-            __32.w = (__33.w!=v__57.w);
-          uint4 __34;
-            uint4 __35;
-                float4 v__58 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)));
-              uint4 v__59 = *(uint4 *)(&(v__58));
-              uint4 v__60 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
-              __35.x = (v__59.x+v__60.x);
-              __35.y = (v__59.y+v__60.y);
-              __35.z = (v__59.z+v__60.z);
-              __35.w = (v__59.w+v__60.w);
-            uint4 v__61 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __34.x = (__35.x&v__61.x);
-            __34.y = (__35.y&v__61.y);
-            __34.z = (__35.z&v__61.z);
-            __34.w = (__35.w&v__61.w);
-          uint4 __36;
-          ushort4 __37;
-            uint4 __38;
-                float4 v__62 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)));
-              uint4 v__63 = *(uint4 *)(&(v__62));
-              uint4 v__64 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
-              __38.x = (v__63.x&v__64.x);
-              __38.y = (v__63.y&v__64.y);
-              __38.z = (v__63.z&v__64.z);
-              __38.w = (v__63.w&v__64.w);
-            uint4 v__65 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
-            __37.x = (__38.x!=v__65.x);
-            __37.y = (__38.y!=v__65.y);
-            __37.z = (__38.z!=v__65.z);
-            __37.w = (__38.w!=v__65.w);
-          uint4 __39;
-            uint4 __40;
-                float4 v__66 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)));
-              uint4 v__67 = *(uint4 *)(&(v__66));
-              uint4 v__68 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
-              __40.x = (v__67.x|v__68.x);
-              __40.y = (v__67.y|v__68.y);
-              __40.z = (v__67.z|v__68.z);
-              __40.w = (v__67.w|v__68.w);
-            uint4 v__69 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __39.x = (__40.x&v__69.x);
-            __39.y = (__40.y&v__69.y);
-            __39.z = (__40.z&v__69.z);
-            __39.w = (__40.w&v__69.w);
-            float4 v__70 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)));
-          uint4 v__71 = *(uint4 *)(&(v__70));
-          __36.x = (bool(__37.x)?__39.x:v__71.x);
-          __36.y = (bool(__37.y)?__39.y:v__71.y);
-          __36.z = (bool(__37.z)?__39.z:v__71.z);
-          __36.w = (bool(__37.w)?__39.w:v__71.w);
-          __31.x = (bool(__32.x)?__34.x:__36.x);
-          __31.y = (bool(__32.y)?__34.y:__36.y);
-          __31.z = (bool(__32.z)?__34.z:__36.z);
-          __31.w = (bool(__32.w)?__34.w:__36.w);
-        condval_3 = (*(float4 *)(&(__31)));
-      } else {
-        condval_3 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-      }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((ax0_ax1_fused_0_3 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)) + 4224)) = condval_3;
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, ((((ax0_ax1_fused_0_3 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)) + 4224), b_v_ptr, (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)), (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)));
     }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
   }
   if (64 < K) {
     for (int ax0_ax1_fused_0_4 = 0; ax0_ax1_fused_0_4 < 4; ++ax0_ax1_fused_0_4) {
-      float4 condval_4;
-      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < -16)) {
-          uint4 __41;
-          ushort4 __42;
-            uint4 __43;
-                float4 v__72 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64));
-              uint4 v__73 = *(uint4 *)(&(v__72));
-              uint4 v__74 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-              __43.x = (v__73.x&v__74.x);
-              __43.y = (v__73.y&v__74.y);
-              __43.z = (v__73.z&v__74.z);
-              __43.w = (v__73.w&v__74.w);
-            uint4 v__75 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-            __42.x = (__43.x!=v__75.x);
-            __42.y = (__43.y!=v__75.y);
-            __42.z = (__43.z!=v__75.z);
-            __42.w = (__43.w!=v__75.w);
-          uint4 __44;
-            uint4 __45;
-                float4 v__76 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64));
-              uint4 v__77 = *(uint4 *)(&(v__76));
-              uint4 v__78 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
-              __45.x = (v__77.x+v__78.x);
-              __45.y = (v__77.y+v__78.y);
-              __45.z = (v__77.z+v__78.z);
-              __45.w = (v__77.w+v__78.w);
-            uint4 v__79 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __44.x = (__45.x&v__79.x);
-            __44.y = (__45.y&v__79.y);
-            __44.z = (__45.z&v__79.z);
-            __44.w = (__45.w&v__79.w);
-          uint4 __46;
-          ushort4 __47;
-            uint4 __48;
-                float4 v__80 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64));
-              uint4 v__81 = *(uint4 *)(&(v__80));
-              uint4 v__82 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
-              __48.x = (v__81.x&v__82.x);
-              __48.y = (v__81.y&v__82.y);
-              __48.z = (v__81.z&v__82.z);
-              __48.w = (v__81.w&v__82.w);
-            uint4 v__83 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
-            __47.x = (__48.x!=v__83.x);
-            __47.y = (__48.y!=v__83.y);
-            __47.z = (__48.z!=v__83.z);
-            __47.w = (__48.w!=v__83.w);
-          uint4 __49;
-            uint4 __50;
-                float4 v__84 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64));
-              uint4 v__85 = *(uint4 *)(&(v__84));
-              uint4 v__86 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
-              __50.x = (v__85.x|v__86.x);
-              __50.y = (v__85.y|v__86.y);
-              __50.z = (v__85.z|v__86.z);
-              __50.w = (v__85.w|v__86.w);
-            uint4 v__87 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __49.x = (__50.x&v__87.x);
-            __49.y = (__50.y&v__87.y);
-            __49.z = (__50.z&v__87.z);
-            __49.w = (__50.w&v__87.w);
-            float4 v__88 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64));
-          uint4 v__89 = *(uint4 *)(&(v__88));
-          __46.x = (bool(__47.x)?__49.x:v__89.x);
-          __46.y = (bool(__47.y)?__49.y:v__89.y);
-          __46.z = (bool(__47.z)?__49.z:v__89.z);
-          __46.w = (bool(__47.w)?__49.w:v__89.w);
-          __41.x = (bool(__42.x)?__44.x:__46.x);
-          __41.y = (bool(__42.y)?__44.y:__46.y);
-          __41.z = (bool(__42.z)?__44.z:__46.z);
-          __41.w = (bool(__42.w)?__44.w:__46.w);
-        condval_4 = (*(float4 *)(&(__41)));
-      } else {
-        condval_4 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-      }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0_4 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 26112)) = condval_4;
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_4 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 26112), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < -16)));
     }
-  }
-  if (64 < K) {
     for (int ax0_ax1_fused_0_5 = 0; ax0_ax1_fused_0_5 < 4; ++ax0_ax1_fused_0_5) {
-      float4 condval_5;
-      if (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
-          uint4 __51;
-          ushort4 __52;
-            uint4 __53;
-                float4 v__90 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)));
-              uint4 v__91 = *(uint4 *)(&(v__90));
-              uint4 v__92 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-              __53.x = (v__91.x&v__92.x);
-              __53.y = (v__91.y&v__92.y);
-              __53.z = (v__91.z&v__92.z);
-              __53.w = (v__91.w&v__92.w);
-            uint4 v__93 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-            __52.x = (__53.x!=v__93.x);
-            __52.y = (__53.y!=v__93.y);
-            __52.z = (__53.z!=v__93.z);
-            __52.w = (__53.w!=v__93.w);
-          uint4 __54;
-            uint4 __55;
-                float4 v__94 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)));
-              uint4 v__95 = *(uint4 *)(&(v__94));
-              uint4 v__96 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
-              __55.x = (v__95.x+v__96.x);
-              __55.y = (v__95.y+v__96.y);
-              __55.z = (v__95.z+v__96.z);
-              __55.w = (v__95.w+v__96.w);
-            uint4 v__97 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __54.x = (__55.x&v__97.x);
-            __54.y = (__55.y&v__97.y);
-            __54.z = (__55.z&v__97.z);
-            __54.w = (__55.w&v__97.w);
-          uint4 __56;
-          ushort4 __57;
-            uint4 __58;
-                float4 v__98 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)));
-              uint4 v__99 = *(uint4 *)(&(v__98));
-              uint4 v__100 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
-              __58.x = (v__99.x&v__100.x);
-              __58.y = (v__99.y&v__100.y);
-              __58.z = (v__99.z&v__100.z);
-              __58.w = (v__99.w&v__100.w);
-            uint4 v__101 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
-            __57.x = (__58.x!=v__101.x);
-            __57.y = (__58.y!=v__101.y);
-            __57.z = (__58.z!=v__101.z);
-            __57.w = (__58.w!=v__101.w);
-          uint4 __59;
-            uint4 __60;
-                float4 v__102 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)));
-              uint4 v__103 = *(uint4 *)(&(v__102));
-              uint4 v__104 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
-              __60.x = (v__103.x|v__104.x);
-              __60.y = (v__103.y|v__104.y);
-              __60.z = (v__103.z|v__104.z);
-              __60.w = (v__103.w|v__104.w);
-            uint4 v__105 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __59.x = (__60.x&v__105.x);
-            __59.y = (__60.y&v__105.y);
-            __59.z = (__60.z&v__105.z);
-            __59.w = (__60.w&v__105.w);
-            float4 v__106 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)));
-          uint4 v__107 = *(uint4 *)(&(v__106));
-          __56.x = (bool(__57.x)?__59.x:v__107.x);
-          __56.y = (bool(__57.y)?__59.y:v__107.y);
-          __56.z = (bool(__57.z)?__59.z:v__107.z);
-          __56.w = (bool(__57.w)?__59.w:v__107.w);
-          __51.x = (bool(__52.x)?__54.x:__56.x);
-          __51.y = (bool(__52.y)?__54.y:__56.y);
-          __51.z = (bool(__52.z)?__54.z:__56.z);
-          __51.w = (bool(__52.w)?__54.w:__56.w);
-        condval_5 = (*(float4 *)(&(__51)));
-      } else {
-        condval_5 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-      }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((ax0_ax1_fused_0_5 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)) + 8448)) = condval_5;
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, ((((ax0_ax1_fused_0_5 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)) + 8448), b_v_ptr, (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)), (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)));
     }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
   }
   for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
     __syncthreads();
     for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 4; ++ax0_ax1_fused_0_6) {
-      float4 condval_6;
-      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && ((((k_0_0 * 8) + (((int)threadIdx.x) & 7)) - (K >> 2)) < -24)) {
-          uint4 __61;
-          ushort4 __62;
-            uint4 __63;
-                float4 v__108 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96));
-              uint4 v__109 = *(uint4 *)(&(v__108));
-              uint4 v__110 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-              __63.x = (v__109.x&v__110.x);
-              __63.y = (v__109.y&v__110.y);
-              __63.z = (v__109.z&v__110.z);
-              __63.w = (v__109.w&v__110.w);
-            uint4 v__111 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-            __62.x = (__63.x!=v__111.x);
-            __62.y = (__63.y!=v__111.y);
-            __62.z = (__63.z!=v__111.z);
-            __62.w = (__63.w!=v__111.w);
-          uint4 __64;
-            uint4 __65;
-                float4 v__112 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96));
-              uint4 v__113 = *(uint4 *)(&(v__112));
-              uint4 v__114 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
-              __65.x = (v__113.x+v__114.x);
-              __65.y = (v__113.y+v__114.y);
-              __65.z = (v__113.z+v__114.z);
-              __65.w = (v__113.w+v__114.w);
-            uint4 v__115 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __64.x = (__65.x&v__115.x);
-            __64.y = (__65.y&v__115.y);
-            __64.z = (__65.z&v__115.z);
-            __64.w = (__65.w&v__115.w);
-          uint4 __66;
-          ushort4 __67;
-            uint4 __68;
-                float4 v__116 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96));
-              uint4 v__117 = *(uint4 *)(&(v__116));
-              uint4 v__118 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
-              __68.x = (v__117.x&v__118.x);
-              __68.y = (v__117.y&v__118.y);
-              __68.z = (v__117.z&v__118.z);
-              __68.w = (v__117.w&v__118.w);
-            uint4 v__119 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
-            __67.x = (__68.x!=v__119.x);
-            __67.y = (__68.y!=v__119.y);
-            __67.z = (__68.z!=v__119.z);
-            __67.w = (__68.w!=v__119.w);
-          uint4 __69;
-            uint4 __70;
-                float4 v__120 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96));
-              uint4 v__121 = *(uint4 *)(&(v__120));
-              uint4 v__122 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
-              __70.x = (v__121.x|v__122.x);
-              __70.y = (v__121.y|v__122.y);
-              __70.z = (v__121.z|v__122.z);
-              __70.w = (v__121.w|v__122.w);
-            uint4 v__123 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __69.x = (__70.x&v__123.x);
-            __69.y = (__70.y&v__123.y);
-            __69.z = (__70.z&v__123.z);
-            __69.w = (__70.w&v__123.w);
-            float4 v__124 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96));
-          uint4 v__125 = *(uint4 *)(&(v__124));
-          __66.x = (bool(__67.x)?__69.x:v__125.x);
-          __66.y = (bool(__67.y)?__69.y:v__125.y);
-          __66.z = (bool(__67.z)?__69.z:v__125.z);
-          __66.w = (bool(__67.w)?__69.w:v__125.w);
-          __61.x = (bool(__62.x)?__64.x:__66.x);
-          __61.y = (bool(__62.y)?__64.y:__66.y);
-          __61.z = (bool(__62.z)?__64.z:__66.z);
-          __61.w = (bool(__62.w)?__64.w:__66.w);
-        condval_6 = (*(float4 *)(&(__61)));
-      } else {
-        condval_6 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-      }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((((((k_0_0 + 3) & 3) * 4608) + (ax0_ax1_fused_0_6 * 1152)) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 16896)) = condval_6;
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, ((((((((k_0_0 + 3) & 3) * 4608) + (ax0_ax1_fused_0_6 * 1152)) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 16896), a_v_ptr, ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && ((((k_0_0 * 8) + (((int)threadIdx.x) & 7)) - (K >> 2)) < -24)));
     }
     for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 4; ++ax0_ax1_fused_0_7) {
-      float4 condval_7;
-      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
-          uint4 __71;
-          ushort4 __72;
-            uint4 __73;
-                float4 v__126 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
-              uint4 v__127 = *(uint4 *)(&(v__126));
-              uint4 v__128 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-              __73.x = (v__127.x&v__128.x);
-              __73.y = (v__127.y&v__128.y);
-              __73.z = (v__127.z&v__128.z);
-              __73.w = (v__127.w&v__128.w);
-            uint4 v__129 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-            __72.x = (__73.x!=v__129.x);
-            __72.y = (__73.y!=v__129.y);
-            __72.z = (__73.z!=v__129.z);
-            __72.w = (__73.w!=v__129.w);
-          uint4 __74;
-            uint4 __75;
-                float4 v__130 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
-              uint4 v__131 = *(uint4 *)(&(v__130));
-              uint4 v__132 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
-              __75.x = (v__131.x+v__132.x);
-              __75.y = (v__131.y+v__132.y);
-              __75.z = (v__131.z+v__132.z);
-              __75.w = (v__131.w+v__132.w);
-            uint4 v__133 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __74.x = (__75.x&v__133.x);
-            __74.y = (__75.y&v__133.y);
-            __74.z = (__75.z&v__133.z);
-            __74.w = (__75.w&v__133.w);
-          uint4 __76;
-          ushort4 __77;
-            uint4 __78;
-                float4 v__134 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
-              uint4 v__135 = *(uint4 *)(&(v__134));
-              uint4 v__136 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
-              __78.x = (v__135.x&v__136.x);
-              __78.y = (v__135.y&v__136.y);
-              __78.z = (v__135.z&v__136.z);
-              __78.w = (v__135.w&v__136.w);
-            uint4 v__137 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
-            __77.x = (__78.x!=v__137.x);
-            __77.y = (__78.y!=v__137.y);
-            __77.z = (__78.z!=v__137.z);
-            __77.w = (__78.w!=v__137.w);
-          uint4 __79;
-            uint4 __80;
-                float4 v__138 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
-              uint4 v__139 = *(uint4 *)(&(v__138));
-              uint4 v__140 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
-              __80.x = (v__139.x|v__140.x);
-              __80.y = (v__139.y|v__140.y);
-              __80.z = (v__139.z|v__140.z);
-              __80.w = (v__139.w|v__140.w);
-            uint4 v__141 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __79.x = (__80.x&v__141.x);
-            __79.y = (__80.y&v__141.y);
-            __79.z = (__80.z&v__141.z);
-            __79.w = (__80.w&v__141.w);
-            float4 v__142 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
-          uint4 v__143 = *(uint4 *)(&(v__142));
-          __76.x = (bool(__77.x)?__79.x:v__143.x);
-          __76.y = (bool(__77.y)?__79.y:v__143.y);
-          __76.z = (bool(__77.z)?__79.z:v__143.z);
-          __76.w = (bool(__77.w)?__79.w:v__143.w);
-          __71.x = (bool(__72.x)?__74.x:__76.x);
-          __71.y = (bool(__72.y)?__74.y:__76.y);
-          __71.z = (bool(__72.z)?__74.z:__76.z);
-          __71.w = (bool(__72.w)?__74.w:__76.w);
-        condval_7 = (*(float4 *)(&(__71)));
-      } else {
-        condval_7 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-      }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((((k_0_0 + 3) & 3) * 4224) + (ax0_ax1_fused_0_7 * 1056)) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4))) = condval_7;
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, ((((((k_0_0 + 3) & 3) * 4224) + (ax0_ax1_fused_0_7 * 1056)) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)), ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)));
     }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_3();
     __syncthreads();
     for (int k_0_1 = 0; k_0_1 < 4; ++k_0_1) {
       for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
-        a_tf32_pad_shared_dyn_warp_ptr[(ax0_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
-        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
-        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
-        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            float v_ = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval;
+          if (((*(uint *)(&(v_))) & (uint)2139095040) != (uint)2139095040) {
+              float v__1 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval = (((*(uint *)(&(v__1))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__2 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_1;
+            if (((*(uint *)(&(v__2))) & (uint)8388607) != (uint)0) {
+                float v__3 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_1 = (((*(uint *)(&(v__3))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__4 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_1 = (*(uint *)(&(v__4)));
+            }
+            condval = condval_1;
+          }
+        a_pad_shared_dyn_warp_ptr[(ax0_0 * 4)] = (*(float *)(&(condval)));
+            float v__5 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_2;
+          if (((*(uint *)(&(v__5))) & (uint)2139095040) != (uint)2139095040) {
+              float v__6 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_2 = (((*(uint *)(&(v__6))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__7 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_3;
+            if (((*(uint *)(&(v__7))) & (uint)8388607) != (uint)0) {
+                float v__8 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_3 = (((*(uint *)(&(v__8))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__9 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_3 = (*(uint *)(&(v__9)));
+            }
+            condval_2 = condval_3;
+          }
+        a_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 1)] = (*(float *)(&(condval_2)));
+            float v__10 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_4;
+          if (((*(uint *)(&(v__10))) & (uint)2139095040) != (uint)2139095040) {
+              float v__11 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_4 = (((*(uint *)(&(v__11))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__12 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_5;
+            if (((*(uint *)(&(v__12))) & (uint)8388607) != (uint)0) {
+                float v__13 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_5 = (((*(uint *)(&(v__13))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__14 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_5 = (*(uint *)(&(v__14)));
+            }
+            condval_4 = condval_5;
+          }
+        a_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 2)] = (*(float *)(&(condval_4)));
+            float v__15 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_6;
+          if (((*(uint *)(&(v__15))) & (uint)2139095040) != (uint)2139095040) {
+              float v__16 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_6 = (((*(uint *)(&(v__16))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__17 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_7;
+            if (((*(uint *)(&(v__17))) & (uint)8388607) != (uint)0) {
+                float v__18 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_7 = (((*(uint *)(&(v__18))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__19 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_7 = (*(uint *)(&(v__19)));
+            }
+            condval_6 = condval_7;
+          }
+        a_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 3)] = (*(float *)(&(condval_6)));
       }
       for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
-        b_tf32_pad_shared_dyn_warp_ptr[(ax1_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            float v__20 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_8;
+          if (((*(uint *)(&(v__20))) & (uint)2139095040) != (uint)2139095040) {
+              float v__21 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_8 = (((*(uint *)(&(v__21))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__22 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_9;
+            if (((*(uint *)(&(v__22))) & (uint)8388607) != (uint)0) {
+                float v__23 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_9 = (((*(uint *)(&(v__23))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__24 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_9 = (*(uint *)(&(v__24)));
+            }
+            condval_8 = condval_9;
+          }
+        b_pad_shared_dyn_warp_ptr[(ax1_0 * 4)] = (*(float *)(&(condval_8)));
+            float v__25 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_10;
+          if (((*(uint *)(&(v__25))) & (uint)2139095040) != (uint)2139095040) {
+              float v__26 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_10 = (((*(uint *)(&(v__26))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__27 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_11;
+            if (((*(uint *)(&(v__27))) & (uint)8388607) != (uint)0) {
+                float v__28 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_11 = (((*(uint *)(&(v__28))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__29 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_11 = (*(uint *)(&(v__29)));
+            }
+            condval_10 = condval_11;
+          }
+        b_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 1)] = (*(float *)(&(condval_10)));
+            float v__30 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_12;
+          if (((*(uint *)(&(v__30))) & (uint)2139095040) != (uint)2139095040) {
+              float v__31 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_12 = (((*(uint *)(&(v__31))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__32 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_13;
+            if (((*(uint *)(&(v__32))) & (uint)8388607) != (uint)0) {
+                float v__33 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_13 = (((*(uint *)(&(v__33))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__34 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_13 = (*(uint *)(&(v__34)));
+            }
+            condval_12 = condval_13;
+          }
+        b_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 2)] = (*(float *)(&(condval_12)));
+            float v__35 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_14;
+          if (((*(uint *)(&(v__35))) & (uint)2139095040) != (uint)2139095040) {
+              float v__36 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_14 = (((*(uint *)(&(v__36))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__37 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_15;
+            if (((*(uint *)(&(v__37))) & (uint)8388607) != (uint)0) {
+                float v__38 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_15 = (((*(uint *)(&(v__38))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__39 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_15 = (*(uint *)(&(v__39)));
+            }
+            condval_14 = condval_15;
+          }
+        b_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 3)] = (*(float *)(&(condval_14)));
       }
       for (int m_0_2 = 0; m_0_2 < 4; ++m_0_2) {
         for (int n_0_2 = 0; n_0_2 < 2; ++n_0_2) {
@@ -1962,7 +1894,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr + (n_0_2 * 4)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr + (n_0_2 * 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + (n_0_2 * 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + (n_0_2 * 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
   }
 
   {
@@ -1970,25 +1902,163 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr + ((n_0_2 * 4) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr + ((n_0_2 * 4) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + ((n_0_2 * 4) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + ((n_0_2 * 4) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
   }
         }
       }
     }
   }
   if ((65 <= K) && (65 <= K)) {
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
+    __syncthreads();
     for (int k_0_1_1 = 0; k_0_1_1 < 4; ++k_0_1_1) {
       for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
-        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_1 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            float v__40 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_16;
+          if (((*(uint *)(&(v__40))) & (uint)2139095040) != (uint)2139095040) {
+              float v__41 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_16 = (((*(uint *)(&(v__41))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__42 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_17;
+            if (((*(uint *)(&(v__42))) & (uint)8388607) != (uint)0) {
+                float v__43 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_17 = (((*(uint *)(&(v__43))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__44 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_17 = (*(uint *)(&(v__44)));
+            }
+            condval_16 = condval_17;
+          }
+        a_pad_shared_dyn_warp_ptr_1[(ax0_0_1 * 4)] = (*(float *)(&(condval_16)));
+            float v__45 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_18;
+          if (((*(uint *)(&(v__45))) & (uint)2139095040) != (uint)2139095040) {
+              float v__46 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_18 = (((*(uint *)(&(v__46))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__47 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_19;
+            if (((*(uint *)(&(v__47))) & (uint)8388607) != (uint)0) {
+                float v__48 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_19 = (((*(uint *)(&(v__48))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__49 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_19 = (*(uint *)(&(v__49)));
+            }
+            condval_18 = condval_19;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 1)] = (*(float *)(&(condval_18)));
+            float v__50 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_20;
+          if (((*(uint *)(&(v__50))) & (uint)2139095040) != (uint)2139095040) {
+              float v__51 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_20 = (((*(uint *)(&(v__51))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__52 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_21;
+            if (((*(uint *)(&(v__52))) & (uint)8388607) != (uint)0) {
+                float v__53 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_21 = (((*(uint *)(&(v__53))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__54 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_21 = (*(uint *)(&(v__54)));
+            }
+            condval_20 = condval_21;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 2)] = (*(float *)(&(condval_20)));
+            float v__55 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_22;
+          if (((*(uint *)(&(v__55))) & (uint)2139095040) != (uint)2139095040) {
+              float v__56 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_22 = (((*(uint *)(&(v__56))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__57 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_23;
+            if (((*(uint *)(&(v__57))) & (uint)8388607) != (uint)0) {
+                float v__58 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_23 = (((*(uint *)(&(v__58))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__59 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_23 = (*(uint *)(&(v__59)));
+            }
+            condval_22 = condval_23;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 3)] = (*(float *)(&(condval_22)));
       }
       for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
-        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            float v__60 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_24;
+          if (((*(uint *)(&(v__60))) & (uint)2139095040) != (uint)2139095040) {
+              float v__61 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_24 = (((*(uint *)(&(v__61))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__62 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_25;
+            if (((*(uint *)(&(v__62))) & (uint)8388607) != (uint)0) {
+                float v__63 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_25 = (((*(uint *)(&(v__63))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__64 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_25 = (*(uint *)(&(v__64)));
+            }
+            condval_24 = condval_25;
+          }
+        b_pad_shared_dyn_warp_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_24)));
+            float v__65 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_26;
+          if (((*(uint *)(&(v__65))) & (uint)2139095040) != (uint)2139095040) {
+              float v__66 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_26 = (((*(uint *)(&(v__66))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__67 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_27;
+            if (((*(uint *)(&(v__67))) & (uint)8388607) != (uint)0) {
+                float v__68 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_27 = (((*(uint *)(&(v__68))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__69 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_27 = (*(uint *)(&(v__69)));
+            }
+            condval_26 = condval_27;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_26)));
+            float v__70 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_28;
+          if (((*(uint *)(&(v__70))) & (uint)2139095040) != (uint)2139095040) {
+              float v__71 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_28 = (((*(uint *)(&(v__71))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__72 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_29;
+            if (((*(uint *)(&(v__72))) & (uint)8388607) != (uint)0) {
+                float v__73 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_29 = (((*(uint *)(&(v__73))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__74 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_29 = (*(uint *)(&(v__74)));
+            }
+            condval_28 = condval_29;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_28)));
+            float v__75 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_30;
+          if (((*(uint *)(&(v__75))) & (uint)2139095040) != (uint)2139095040) {
+              float v__76 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_30 = (((*(uint *)(&(v__76))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__77 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_31;
+            if (((*(uint *)(&(v__77))) & (uint)8388607) != (uint)0) {
+                float v__78 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_31 = (((*(uint *)(&(v__78))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__79 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_31 = (*(uint *)(&(v__79)));
+            }
+            condval_30 = condval_31;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_30)));
       }
       for (int m_0_2_1 = 0; m_0_2_1 < 4; ++m_0_2_1) {
         for (int n_0_2_1 = 0; n_0_2_1 < 2; ++n_0_2_1) {
@@ -1998,7 +2068,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3]));
   }
 
   {
@@ -2006,25 +2076,163 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3]));
   }
         }
       }
     }
   }
   if ((33 <= K) && (33 <= K)) {
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
+    __syncthreads();
     for (int k_0_1_2 = 0; k_0_1_2 < 4; ++k_0_1_2) {
       for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
-        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_2 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            float v__80 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_32;
+          if (((*(uint *)(&(v__80))) & (uint)2139095040) != (uint)2139095040) {
+              float v__81 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_32 = (((*(uint *)(&(v__81))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__82 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_33;
+            if (((*(uint *)(&(v__82))) & (uint)8388607) != (uint)0) {
+                float v__83 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_33 = (((*(uint *)(&(v__83))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__84 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_33 = (*(uint *)(&(v__84)));
+            }
+            condval_32 = condval_33;
+          }
+        a_pad_shared_dyn_warp_ptr_1[(ax0_0_2 * 4)] = (*(float *)(&(condval_32)));
+            float v__85 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_34;
+          if (((*(uint *)(&(v__85))) & (uint)2139095040) != (uint)2139095040) {
+              float v__86 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_34 = (((*(uint *)(&(v__86))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__87 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_35;
+            if (((*(uint *)(&(v__87))) & (uint)8388607) != (uint)0) {
+                float v__88 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_35 = (((*(uint *)(&(v__88))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__89 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_35 = (*(uint *)(&(v__89)));
+            }
+            condval_34 = condval_35;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 1)] = (*(float *)(&(condval_34)));
+            float v__90 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_36;
+          if (((*(uint *)(&(v__90))) & (uint)2139095040) != (uint)2139095040) {
+              float v__91 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_36 = (((*(uint *)(&(v__91))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__92 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_37;
+            if (((*(uint *)(&(v__92))) & (uint)8388607) != (uint)0) {
+                float v__93 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_37 = (((*(uint *)(&(v__93))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__94 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_37 = (*(uint *)(&(v__94)));
+            }
+            condval_36 = condval_37;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 2)] = (*(float *)(&(condval_36)));
+            float v__95 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_38;
+          if (((*(uint *)(&(v__95))) & (uint)2139095040) != (uint)2139095040) {
+              float v__96 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_38 = (((*(uint *)(&(v__96))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__97 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_39;
+            if (((*(uint *)(&(v__97))) & (uint)8388607) != (uint)0) {
+                float v__98 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_39 = (((*(uint *)(&(v__98))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__99 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_39 = (*(uint *)(&(v__99)));
+            }
+            condval_38 = condval_39;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 3)] = (*(float *)(&(condval_38)));
       }
       for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
-        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            float v__100 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_40;
+          if (((*(uint *)(&(v__100))) & (uint)2139095040) != (uint)2139095040) {
+              float v__101 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_40 = (((*(uint *)(&(v__101))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__102 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_41;
+            if (((*(uint *)(&(v__102))) & (uint)8388607) != (uint)0) {
+                float v__103 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_41 = (((*(uint *)(&(v__103))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__104 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_41 = (*(uint *)(&(v__104)));
+            }
+            condval_40 = condval_41;
+          }
+        b_pad_shared_dyn_warp_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_40)));
+            float v__105 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_42;
+          if (((*(uint *)(&(v__105))) & (uint)2139095040) != (uint)2139095040) {
+              float v__106 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_42 = (((*(uint *)(&(v__106))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__107 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_43;
+            if (((*(uint *)(&(v__107))) & (uint)8388607) != (uint)0) {
+                float v__108 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_43 = (((*(uint *)(&(v__108))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__109 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_43 = (*(uint *)(&(v__109)));
+            }
+            condval_42 = condval_43;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_42)));
+            float v__110 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_44;
+          if (((*(uint *)(&(v__110))) & (uint)2139095040) != (uint)2139095040) {
+              float v__111 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_44 = (((*(uint *)(&(v__111))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__112 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_45;
+            if (((*(uint *)(&(v__112))) & (uint)8388607) != (uint)0) {
+                float v__113 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_45 = (((*(uint *)(&(v__113))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__114 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_45 = (*(uint *)(&(v__114)));
+            }
+            condval_44 = condval_45;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_44)));
+            float v__115 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_46;
+          if (((*(uint *)(&(v__115))) & (uint)2139095040) != (uint)2139095040) {
+              float v__116 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_46 = (((*(uint *)(&(v__116))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__117 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_47;
+            if (((*(uint *)(&(v__117))) & (uint)8388607) != (uint)0) {
+                float v__118 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_47 = (((*(uint *)(&(v__118))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__119 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_47 = (*(uint *)(&(v__119)));
+            }
+            condval_46 = condval_47;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_46)));
       }
       for (int m_0_2_2 = 0; m_0_2_2 < 4; ++m_0_2_2) {
         for (int n_0_2_2 = 0; n_0_2_2 < 2; ++n_0_2_2) {
@@ -2034,7 +2242,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3]));
   }
 
   {
@@ -2042,25 +2250,163 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3]));
   }
         }
       }
     }
   }
   if ((1 <= K) && (1 <= K)) {
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
+    __syncthreads();
     for (int k_0_1_3 = 0; k_0_1_3 < 4; ++k_0_1_3) {
       for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
-        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_3 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            float v__120 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_48;
+          if (((*(uint *)(&(v__120))) & (uint)2139095040) != (uint)2139095040) {
+              float v__121 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_48 = (((*(uint *)(&(v__121))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__122 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_49;
+            if (((*(uint *)(&(v__122))) & (uint)8388607) != (uint)0) {
+                float v__123 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_49 = (((*(uint *)(&(v__123))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__124 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_49 = (*(uint *)(&(v__124)));
+            }
+            condval_48 = condval_49;
+          }
+        a_pad_shared_dyn_warp_ptr_1[(ax0_0_3 * 4)] = (*(float *)(&(condval_48)));
+            float v__125 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_50;
+          if (((*(uint *)(&(v__125))) & (uint)2139095040) != (uint)2139095040) {
+              float v__126 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_50 = (((*(uint *)(&(v__126))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__127 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_51;
+            if (((*(uint *)(&(v__127))) & (uint)8388607) != (uint)0) {
+                float v__128 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_51 = (((*(uint *)(&(v__128))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__129 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_51 = (*(uint *)(&(v__129)));
+            }
+            condval_50 = condval_51;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 1)] = (*(float *)(&(condval_50)));
+            float v__130 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_52;
+          if (((*(uint *)(&(v__130))) & (uint)2139095040) != (uint)2139095040) {
+              float v__131 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_52 = (((*(uint *)(&(v__131))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__132 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_53;
+            if (((*(uint *)(&(v__132))) & (uint)8388607) != (uint)0) {
+                float v__133 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_53 = (((*(uint *)(&(v__133))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__134 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_53 = (*(uint *)(&(v__134)));
+            }
+            condval_52 = condval_53;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 2)] = (*(float *)(&(condval_52)));
+            float v__135 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_54;
+          if (((*(uint *)(&(v__135))) & (uint)2139095040) != (uint)2139095040) {
+              float v__136 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_54 = (((*(uint *)(&(v__136))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__137 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_55;
+            if (((*(uint *)(&(v__137))) & (uint)8388607) != (uint)0) {
+                float v__138 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_55 = (((*(uint *)(&(v__138))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__139 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_55 = (*(uint *)(&(v__139)));
+            }
+            condval_54 = condval_55;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 3)] = (*(float *)(&(condval_54)));
       }
       for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
-        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            float v__140 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_56;
+          if (((*(uint *)(&(v__140))) & (uint)2139095040) != (uint)2139095040) {
+              float v__141 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_56 = (((*(uint *)(&(v__141))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__142 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_57;
+            if (((*(uint *)(&(v__142))) & (uint)8388607) != (uint)0) {
+                float v__143 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_57 = (((*(uint *)(&(v__143))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__144 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_57 = (*(uint *)(&(v__144)));
+            }
+            condval_56 = condval_57;
+          }
+        b_pad_shared_dyn_warp_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_56)));
+            float v__145 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_58;
+          if (((*(uint *)(&(v__145))) & (uint)2139095040) != (uint)2139095040) {
+              float v__146 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_58 = (((*(uint *)(&(v__146))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__147 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_59;
+            if (((*(uint *)(&(v__147))) & (uint)8388607) != (uint)0) {
+                float v__148 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_59 = (((*(uint *)(&(v__148))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__149 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_59 = (*(uint *)(&(v__149)));
+            }
+            condval_58 = condval_59;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_58)));
+            float v__150 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_60;
+          if (((*(uint *)(&(v__150))) & (uint)2139095040) != (uint)2139095040) {
+              float v__151 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_60 = (((*(uint *)(&(v__151))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__152 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_61;
+            if (((*(uint *)(&(v__152))) & (uint)8388607) != (uint)0) {
+                float v__153 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_61 = (((*(uint *)(&(v__153))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__154 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_61 = (*(uint *)(&(v__154)));
+            }
+            condval_60 = condval_61;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_60)));
+            float v__155 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_62;
+          if (((*(uint *)(&(v__155))) & (uint)2139095040) != (uint)2139095040) {
+              float v__156 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_62 = (((*(uint *)(&(v__156))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__157 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_63;
+            if (((*(uint *)(&(v__157))) & (uint)8388607) != (uint)0) {
+                float v__158 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_63 = (((*(uint *)(&(v__158))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__159 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_63 = (*(uint *)(&(v__159)));
+            }
+            condval_62 = condval_63;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_62)));
       }
       for (int m_0_2_3 = 0; m_0_2_3 < 4; ++m_0_2_3) {
         for (int n_0_2_3 = 0; n_0_2_3 < 2; ++n_0_2_3) {
@@ -2070,7 +2416,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3]));
   }
 
   {
@@ -2078,7 +2424,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3]));
   }
         }
       }
@@ -2108,10 +2454,10 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
 extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kernel_1(float* __restrict__ a_ptr, float* __restrict__ addend_ptr, float* __restrict__ b_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int addend_s0, int b_s0) {
   extern __shared__ __align__(64) uchar buf_dyn_shmem_ptr[];
   alignas(64) float acc_pad_shared_dyn_warp_1_ptr[64];
-  alignas(64) float a_tf32_pad_shared_dyn_warp_1_ptr[16];
-  alignas(64) float b_tf32_pad_shared_dyn_warp_1_ptr[8];
-  alignas(64) float a_tf32_pad_shared_dyn_warp_1_ptr_1[16];
-  alignas(64) float b_tf32_pad_shared_dyn_warp_1_ptr_1[256];
+  alignas(64) float a_pad_shared_dyn_warp_1_ptr[16];
+  alignas(64) float b_pad_shared_dyn_warp_1_ptr[8];
+  alignas(64) float a_pad_shared_dyn_warp_1_ptr_1[16];
+  alignas(64) float b_pad_shared_dyn_warp_1_ptr_1[256];
   for (int m_0_2_init = 0; m_0_2_init < 4; ++m_0_2_init) {
     for (int n_0_2_init = 0; n_0_2_init < 2; ++n_0_2_init) {
       acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8))] = 0x0p+0f/*0.000000e+00*/;
@@ -2128,24 +2474,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
     for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 16; ++ax0_ax1_fused_0) {
       float condval;
       if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) < M) && (((int)threadIdx.x) < K)) {
-            float v_ = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
-          uint condval_1;
-          if (((*(uint *)(&(v_))) & (uint)2139095040) != (uint)2139095040) {
-              float v__1 = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
-            condval_1 = (((*(uint *)(&(v__1))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__2 = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
-            uint condval_2;
-            if (((*(uint *)(&(v__2))) & (uint)8388607) != (uint)0) {
-                float v__3 = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
-              condval_2 = (((*(uint *)(&(v__3))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__4 = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
-              condval_2 = (*(uint *)(&(v__4)));
-            }
-            condval_1 = condval_2;
-          }
-        condval = (*(float *)(&(condval_1)));
+        condval = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
       } else {
         condval = 0x0p+0f/*0.000000e+00*/;
       }
@@ -2154,211 +2483,228 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
   }
   if (0 < K) {
     for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 16; ++ax0_ax1_fused_0_1) {
-      float condval_3;
+      float condval_1;
       if ((((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-            float v__5 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
-          uint condval_4;
-          if (((*(uint *)(&(v__5))) & (uint)2139095040) != (uint)2139095040) {
-              float v__6 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
-            condval_4 = (((*(uint *)(&(v__6))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__7 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
-            uint condval_5;
-            if (((*(uint *)(&(v__7))) & (uint)8388607) != (uint)0) {
-                float v__8 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
-              condval_5 = (((*(uint *)(&(v__8))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__9 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
-              condval_5 = (*(uint *)(&(v__9)));
-            }
-            condval_4 = condval_5;
-          }
-        condval_3 = (*(float *)(&(condval_4)));
+        condval_1 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
       } else {
-        condval_3 = 0x0p+0f/*0.000000e+00*/;
+        condval_1 = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_1 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] = condval_3;
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_1 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] = condval_1;
     }
   }
   if (32 < K) {
     for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 16; ++ax0_ax1_fused_0_2) {
-      float condval_6;
+      float condval_2;
       if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 32) < K)) {
-            float v__10 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
-          uint condval_7;
-          if (((*(uint *)(&(v__10))) & (uint)2139095040) != (uint)2139095040) {
-              float v__11 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
-            condval_7 = (((*(uint *)(&(v__11))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__12 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
-            uint condval_8;
-            if (((*(uint *)(&(v__12))) & (uint)8388607) != (uint)0) {
-                float v__13 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
-              condval_8 = (((*(uint *)(&(v__13))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__14 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
-              condval_8 = (*(uint *)(&(v__14)));
-            }
-            condval_7 = condval_8;
-          }
-        condval_6 = (*(float *)(&(condval_7)));
+        condval_2 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
       } else {
-        condval_6 = 0x0p+0f/*0.000000e+00*/;
+        condval_2 = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_2 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 21504)] = condval_6;
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_2 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 21504)] = condval_2;
     }
   }
   if (32 < K) {
     for (int ax0_ax1_fused_0_3 = 0; ax0_ax1_fused_0_3 < 16; ++ax0_ax1_fused_0_3) {
-      float condval_9;
+      float condval_3;
       if (((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-            float v__15 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
-          uint condval_10;
-          if (((*(uint *)(&(v__15))) & (uint)2139095040) != (uint)2139095040) {
-              float v__16 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
-            condval_10 = (((*(uint *)(&(v__16))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__17 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
-            uint condval_11;
-            if (((*(uint *)(&(v__17))) & (uint)8388607) != (uint)0) {
-                float v__18 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
-              condval_11 = (((*(uint *)(&(v__18))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__19 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
-              condval_11 = (*(uint *)(&(v__19)));
-            }
-            condval_10 = condval_11;
-          }
-        condval_9 = (*(float *)(&(condval_10)));
+        condval_3 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
       } else {
-        condval_9 = 0x0p+0f/*0.000000e+00*/;
+        condval_3 = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_3 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) + 4224)] = condval_9;
+      ((float*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_3 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) + 4224)] = condval_3;
     }
   }
   if (64 < K) {
     for (int ax0_ax1_fused_0_4 = 0; ax0_ax1_fused_0_4 < 16; ++ax0_ax1_fused_0_4) {
-      float condval_12;
+      float condval_4;
       if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 64) < K)) {
-            float v__20 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
-          uint condval_13;
-          if (((*(uint *)(&(v__20))) & (uint)2139095040) != (uint)2139095040) {
-              float v__21 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
-            condval_13 = (((*(uint *)(&(v__21))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__22 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
-            uint condval_14;
-            if (((*(uint *)(&(v__22))) & (uint)8388607) != (uint)0) {
-                float v__23 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
-              condval_14 = (((*(uint *)(&(v__23))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__24 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
-              condval_14 = (*(uint *)(&(v__24)));
-            }
-            condval_13 = condval_14;
-          }
-        condval_12 = (*(float *)(&(condval_13)));
+        condval_4 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
       } else {
-        condval_12 = 0x0p+0f/*0.000000e+00*/;
+        condval_4 = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_4 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 26112)] = condval_12;
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_4 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 26112)] = condval_4;
     }
   }
   if (64 < K) {
     for (int ax0_ax1_fused_0_5 = 0; ax0_ax1_fused_0_5 < 16; ++ax0_ax1_fused_0_5) {
-      float condval_15;
+      float condval_5;
       if (((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-            float v__25 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
-          uint condval_16;
-          if (((*(uint *)(&(v__25))) & (uint)2139095040) != (uint)2139095040) {
-              float v__26 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
-            condval_16 = (((*(uint *)(&(v__26))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__27 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
-            uint condval_17;
-            if (((*(uint *)(&(v__27))) & (uint)8388607) != (uint)0) {
-                float v__28 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
-              condval_17 = (((*(uint *)(&(v__28))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__29 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
-              condval_17 = (*(uint *)(&(v__29)));
-            }
-            condval_16 = condval_17;
-          }
-        condval_15 = (*(float *)(&(condval_16)));
+        condval_5 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
       } else {
-        condval_15 = 0x0p+0f/*0.000000e+00*/;
+        condval_5 = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_5 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) + 8448)] = condval_15;
+      ((float*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_5 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) + 8448)] = condval_5;
     }
   }
   for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
     __syncthreads();
     for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 16; ++ax0_ax1_fused_0_6) {
-      float condval_18;
+      float condval_6;
       if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) < M) && ((((k_0_0 * 32) + ((int)threadIdx.x)) + 96) < K)) {
-            float v__30 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
-          uint condval_19;
-          if (((*(uint *)(&(v__30))) & (uint)2139095040) != (uint)2139095040) {
-              float v__31 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
-            condval_19 = (((*(uint *)(&(v__31))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__32 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
-            uint condval_20;
-            if (((*(uint *)(&(v__32))) & (uint)8388607) != (uint)0) {
-                float v__33 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
-              condval_20 = (((*(uint *)(&(v__33))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__34 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
-              condval_20 = (*(uint *)(&(v__34)));
-            }
-            condval_19 = condval_20;
-          }
-        condval_18 = (*(float *)(&(condval_19)));
+        condval_6 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
       } else {
-        condval_18 = 0x0p+0f/*0.000000e+00*/;
+        condval_6 = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 3) & 3) * 4608) + (ax0_ax1_fused_0_6 * 288)) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 16896)] = condval_18;
+      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 3) & 3) * 4608) + (ax0_ax1_fused_0_6 * 288)) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 16896)] = condval_6;
     }
     for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 16; ++ax0_ax1_fused_0_7) {
-      float condval_21;
+      float condval_7;
       if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-            float v__35 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
-          uint condval_22;
-          if (((*(uint *)(&(v__35))) & (uint)2139095040) != (uint)2139095040) {
-              float v__36 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
-            condval_22 = (((*(uint *)(&(v__36))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__37 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
-            uint condval_23;
-            if (((*(uint *)(&(v__37))) & (uint)8388607) != (uint)0) {
-                float v__38 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
-              condval_23 = (((*(uint *)(&(v__38))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__39 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
-              condval_23 = (*(uint *)(&(v__39)));
-            }
-            condval_22 = condval_23;
-          }
-        condval_21 = (*(float *)(&(condval_22)));
+        condval_7 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
       } else {
-        condval_21 = 0x0p+0f/*0.000000e+00*/;
+        condval_7 = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 3) & 3) * 4224) + (ax0_ax1_fused_0_7 * 264)) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] = condval_21;
+      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 3) & 3) * 4224) + (ax0_ax1_fused_0_7 * 264)) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] = condval_7;
     }
     __syncthreads();
     for (int k_0_1 = 0; k_0_1 < 4; ++k_0_1) {
       for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
-        a_tf32_pad_shared_dyn_warp_1_ptr[(ax0_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
-        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
-        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
-        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            float v_ = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_8;
+          if (((*(uint *)(&(v_))) & (uint)2139095040) != (uint)2139095040) {
+              float v__1 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_8 = (((*(uint *)(&(v__1))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__2 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_9;
+            if (((*(uint *)(&(v__2))) & (uint)8388607) != (uint)0) {
+                float v__3 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_9 = (((*(uint *)(&(v__3))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__4 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_9 = (*(uint *)(&(v__4)));
+            }
+            condval_8 = condval_9;
+          }
+        a_pad_shared_dyn_warp_1_ptr[(ax0_0 * 4)] = (*(float *)(&(condval_8)));
+            float v__5 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_10;
+          if (((*(uint *)(&(v__5))) & (uint)2139095040) != (uint)2139095040) {
+              float v__6 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_10 = (((*(uint *)(&(v__6))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__7 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_11;
+            if (((*(uint *)(&(v__7))) & (uint)8388607) != (uint)0) {
+                float v__8 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_11 = (((*(uint *)(&(v__8))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__9 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_11 = (*(uint *)(&(v__9)));
+            }
+            condval_10 = condval_11;
+          }
+        a_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 1)] = (*(float *)(&(condval_10)));
+            float v__10 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_12;
+          if (((*(uint *)(&(v__10))) & (uint)2139095040) != (uint)2139095040) {
+              float v__11 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_12 = (((*(uint *)(&(v__11))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__12 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_13;
+            if (((*(uint *)(&(v__12))) & (uint)8388607) != (uint)0) {
+                float v__13 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_13 = (((*(uint *)(&(v__13))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__14 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_13 = (*(uint *)(&(v__14)));
+            }
+            condval_12 = condval_13;
+          }
+        a_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 2)] = (*(float *)(&(condval_12)));
+            float v__15 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_14;
+          if (((*(uint *)(&(v__15))) & (uint)2139095040) != (uint)2139095040) {
+              float v__16 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_14 = (((*(uint *)(&(v__16))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__17 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_15;
+            if (((*(uint *)(&(v__17))) & (uint)8388607) != (uint)0) {
+                float v__18 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_15 = (((*(uint *)(&(v__18))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__19 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_15 = (*(uint *)(&(v__19)));
+            }
+            condval_14 = condval_15;
+          }
+        a_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 3)] = (*(float *)(&(condval_14)));
       }
       for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
-        b_tf32_pad_shared_dyn_warp_1_ptr[(ax1_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            float v__20 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_16;
+          if (((*(uint *)(&(v__20))) & (uint)2139095040) != (uint)2139095040) {
+              float v__21 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_16 = (((*(uint *)(&(v__21))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__22 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_17;
+            if (((*(uint *)(&(v__22))) & (uint)8388607) != (uint)0) {
+                float v__23 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_17 = (((*(uint *)(&(v__23))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__24 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_17 = (*(uint *)(&(v__24)));
+            }
+            condval_16 = condval_17;
+          }
+        b_pad_shared_dyn_warp_1_ptr[(ax1_0 * 4)] = (*(float *)(&(condval_16)));
+            float v__25 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_18;
+          if (((*(uint *)(&(v__25))) & (uint)2139095040) != (uint)2139095040) {
+              float v__26 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_18 = (((*(uint *)(&(v__26))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__27 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_19;
+            if (((*(uint *)(&(v__27))) & (uint)8388607) != (uint)0) {
+                float v__28 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_19 = (((*(uint *)(&(v__28))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__29 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_19 = (*(uint *)(&(v__29)));
+            }
+            condval_18 = condval_19;
+          }
+        b_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 1)] = (*(float *)(&(condval_18)));
+            float v__30 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_20;
+          if (((*(uint *)(&(v__30))) & (uint)2139095040) != (uint)2139095040) {
+              float v__31 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_20 = (((*(uint *)(&(v__31))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__32 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_21;
+            if (((*(uint *)(&(v__32))) & (uint)8388607) != (uint)0) {
+                float v__33 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_21 = (((*(uint *)(&(v__33))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__34 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_21 = (*(uint *)(&(v__34)));
+            }
+            condval_20 = condval_21;
+          }
+        b_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 2)] = (*(float *)(&(condval_20)));
+            float v__35 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_22;
+          if (((*(uint *)(&(v__35))) & (uint)2139095040) != (uint)2139095040) {
+              float v__36 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_22 = (((*(uint *)(&(v__36))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__37 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_23;
+            if (((*(uint *)(&(v__37))) & (uint)8388607) != (uint)0) {
+                float v__38 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_23 = (((*(uint *)(&(v__38))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__39 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_23 = (*(uint *)(&(v__39)));
+            }
+            condval_22 = condval_23;
+          }
+        b_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 3)] = (*(float *)(&(condval_22)));
       }
       for (int m_0_2 = 0; m_0_2 < 4; ++m_0_2) {
         for (int n_0_2 = 0; n_0_2 < 2; ++n_0_2) {
@@ -2368,7 +2714,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr + (n_0_2 * 4)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr + (n_0_2 * 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + (n_0_2 * 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + (n_0_2 * 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
   }
 
   {
@@ -2376,7 +2722,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr + ((n_0_2 * 4) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr + ((n_0_2 * 4) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + ((n_0_2 * 4) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + ((n_0_2 * 4) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
   }
         }
       }
@@ -2385,16 +2731,152 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
   if ((65 <= K) && (65 <= K)) {
     for (int k_0_1_1 = 0; k_0_1_1 < 4; ++k_0_1_1) {
       for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_1 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            float v__40 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_24;
+          if (((*(uint *)(&(v__40))) & (uint)2139095040) != (uint)2139095040) {
+              float v__41 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_24 = (((*(uint *)(&(v__41))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__42 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_25;
+            if (((*(uint *)(&(v__42))) & (uint)8388607) != (uint)0) {
+                float v__43 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_25 = (((*(uint *)(&(v__43))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__44 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_25 = (*(uint *)(&(v__44)));
+            }
+            condval_24 = condval_25;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[(ax0_0_1 * 4)] = (*(float *)(&(condval_24)));
+            float v__45 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_26;
+          if (((*(uint *)(&(v__45))) & (uint)2139095040) != (uint)2139095040) {
+              float v__46 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_26 = (((*(uint *)(&(v__46))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__47 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_27;
+            if (((*(uint *)(&(v__47))) & (uint)8388607) != (uint)0) {
+                float v__48 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_27 = (((*(uint *)(&(v__48))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__49 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_27 = (*(uint *)(&(v__49)));
+            }
+            condval_26 = condval_27;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 1)] = (*(float *)(&(condval_26)));
+            float v__50 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_28;
+          if (((*(uint *)(&(v__50))) & (uint)2139095040) != (uint)2139095040) {
+              float v__51 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_28 = (((*(uint *)(&(v__51))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__52 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_29;
+            if (((*(uint *)(&(v__52))) & (uint)8388607) != (uint)0) {
+                float v__53 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_29 = (((*(uint *)(&(v__53))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__54 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_29 = (*(uint *)(&(v__54)));
+            }
+            condval_28 = condval_29;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 2)] = (*(float *)(&(condval_28)));
+            float v__55 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_30;
+          if (((*(uint *)(&(v__55))) & (uint)2139095040) != (uint)2139095040) {
+              float v__56 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_30 = (((*(uint *)(&(v__56))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__57 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_31;
+            if (((*(uint *)(&(v__57))) & (uint)8388607) != (uint)0) {
+                float v__58 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_31 = (((*(uint *)(&(v__58))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__59 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_31 = (*(uint *)(&(v__59)));
+            }
+            condval_30 = condval_31;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 3)] = (*(float *)(&(condval_30)));
       }
       for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            float v__60 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_32;
+          if (((*(uint *)(&(v__60))) & (uint)2139095040) != (uint)2139095040) {
+              float v__61 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_32 = (((*(uint *)(&(v__61))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__62 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_33;
+            if (((*(uint *)(&(v__62))) & (uint)8388607) != (uint)0) {
+                float v__63 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_33 = (((*(uint *)(&(v__63))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__64 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_33 = (*(uint *)(&(v__64)));
+            }
+            condval_32 = condval_33;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_32)));
+            float v__65 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_34;
+          if (((*(uint *)(&(v__65))) & (uint)2139095040) != (uint)2139095040) {
+              float v__66 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_34 = (((*(uint *)(&(v__66))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__67 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_35;
+            if (((*(uint *)(&(v__67))) & (uint)8388607) != (uint)0) {
+                float v__68 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_35 = (((*(uint *)(&(v__68))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__69 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_35 = (*(uint *)(&(v__69)));
+            }
+            condval_34 = condval_35;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_34)));
+            float v__70 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_36;
+          if (((*(uint *)(&(v__70))) & (uint)2139095040) != (uint)2139095040) {
+              float v__71 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_36 = (((*(uint *)(&(v__71))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__72 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_37;
+            if (((*(uint *)(&(v__72))) & (uint)8388607) != (uint)0) {
+                float v__73 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_37 = (((*(uint *)(&(v__73))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__74 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_37 = (*(uint *)(&(v__74)));
+            }
+            condval_36 = condval_37;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_36)));
+            float v__75 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_38;
+          if (((*(uint *)(&(v__75))) & (uint)2139095040) != (uint)2139095040) {
+              float v__76 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_38 = (((*(uint *)(&(v__76))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__77 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_39;
+            if (((*(uint *)(&(v__77))) & (uint)8388607) != (uint)0) {
+                float v__78 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_39 = (((*(uint *)(&(v__78))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__79 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_39 = (*(uint *)(&(v__79)));
+            }
+            condval_38 = condval_39;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_38)));
       }
       for (int m_0_2_1 = 0; m_0_2_1 < 4; ++m_0_2_1) {
         for (int n_0_2_1 = 0; n_0_2_1 < 2; ++n_0_2_1) {
@@ -2404,7 +2886,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3]));
   }
 
   {
@@ -2412,7 +2894,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3]));
   }
         }
       }
@@ -2421,16 +2903,152 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
   if ((33 <= K) && (33 <= K)) {
     for (int k_0_1_2 = 0; k_0_1_2 < 4; ++k_0_1_2) {
       for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_2 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            float v__80 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_40;
+          if (((*(uint *)(&(v__80))) & (uint)2139095040) != (uint)2139095040) {
+              float v__81 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_40 = (((*(uint *)(&(v__81))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__82 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_41;
+            if (((*(uint *)(&(v__82))) & (uint)8388607) != (uint)0) {
+                float v__83 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_41 = (((*(uint *)(&(v__83))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__84 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_41 = (*(uint *)(&(v__84)));
+            }
+            condval_40 = condval_41;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[(ax0_0_2 * 4)] = (*(float *)(&(condval_40)));
+            float v__85 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_42;
+          if (((*(uint *)(&(v__85))) & (uint)2139095040) != (uint)2139095040) {
+              float v__86 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_42 = (((*(uint *)(&(v__86))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__87 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_43;
+            if (((*(uint *)(&(v__87))) & (uint)8388607) != (uint)0) {
+                float v__88 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_43 = (((*(uint *)(&(v__88))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__89 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_43 = (*(uint *)(&(v__89)));
+            }
+            condval_42 = condval_43;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 1)] = (*(float *)(&(condval_42)));
+            float v__90 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_44;
+          if (((*(uint *)(&(v__90))) & (uint)2139095040) != (uint)2139095040) {
+              float v__91 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_44 = (((*(uint *)(&(v__91))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__92 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_45;
+            if (((*(uint *)(&(v__92))) & (uint)8388607) != (uint)0) {
+                float v__93 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_45 = (((*(uint *)(&(v__93))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__94 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_45 = (*(uint *)(&(v__94)));
+            }
+            condval_44 = condval_45;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 2)] = (*(float *)(&(condval_44)));
+            float v__95 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_46;
+          if (((*(uint *)(&(v__95))) & (uint)2139095040) != (uint)2139095040) {
+              float v__96 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_46 = (((*(uint *)(&(v__96))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__97 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_47;
+            if (((*(uint *)(&(v__97))) & (uint)8388607) != (uint)0) {
+                float v__98 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_47 = (((*(uint *)(&(v__98))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__99 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_47 = (*(uint *)(&(v__99)));
+            }
+            condval_46 = condval_47;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 3)] = (*(float *)(&(condval_46)));
       }
       for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            float v__100 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_48;
+          if (((*(uint *)(&(v__100))) & (uint)2139095040) != (uint)2139095040) {
+              float v__101 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_48 = (((*(uint *)(&(v__101))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__102 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_49;
+            if (((*(uint *)(&(v__102))) & (uint)8388607) != (uint)0) {
+                float v__103 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_49 = (((*(uint *)(&(v__103))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__104 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_49 = (*(uint *)(&(v__104)));
+            }
+            condval_48 = condval_49;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_48)));
+            float v__105 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_50;
+          if (((*(uint *)(&(v__105))) & (uint)2139095040) != (uint)2139095040) {
+              float v__106 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_50 = (((*(uint *)(&(v__106))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__107 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_51;
+            if (((*(uint *)(&(v__107))) & (uint)8388607) != (uint)0) {
+                float v__108 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_51 = (((*(uint *)(&(v__108))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__109 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_51 = (*(uint *)(&(v__109)));
+            }
+            condval_50 = condval_51;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_50)));
+            float v__110 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_52;
+          if (((*(uint *)(&(v__110))) & (uint)2139095040) != (uint)2139095040) {
+              float v__111 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_52 = (((*(uint *)(&(v__111))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__112 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_53;
+            if (((*(uint *)(&(v__112))) & (uint)8388607) != (uint)0) {
+                float v__113 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_53 = (((*(uint *)(&(v__113))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__114 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_53 = (*(uint *)(&(v__114)));
+            }
+            condval_52 = condval_53;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_52)));
+            float v__115 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_54;
+          if (((*(uint *)(&(v__115))) & (uint)2139095040) != (uint)2139095040) {
+              float v__116 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_54 = (((*(uint *)(&(v__116))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__117 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_55;
+            if (((*(uint *)(&(v__117))) & (uint)8388607) != (uint)0) {
+                float v__118 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_55 = (((*(uint *)(&(v__118))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__119 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_55 = (*(uint *)(&(v__119)));
+            }
+            condval_54 = condval_55;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_54)));
       }
       for (int m_0_2_2 = 0; m_0_2_2 < 4; ++m_0_2_2) {
         for (int n_0_2_2 = 0; n_0_2_2 < 2; ++n_0_2_2) {
@@ -2440,7 +3058,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3]));
   }
 
   {
@@ -2448,7 +3066,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3]));
   }
         }
       }
@@ -2457,16 +3075,152 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
   if ((1 <= K) && (1 <= K)) {
     for (int k_0_1_3 = 0; k_0_1_3 < 4; ++k_0_1_3) {
       for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_3 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            float v__120 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_56;
+          if (((*(uint *)(&(v__120))) & (uint)2139095040) != (uint)2139095040) {
+              float v__121 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_56 = (((*(uint *)(&(v__121))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__122 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_57;
+            if (((*(uint *)(&(v__122))) & (uint)8388607) != (uint)0) {
+                float v__123 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_57 = (((*(uint *)(&(v__123))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__124 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_57 = (*(uint *)(&(v__124)));
+            }
+            condval_56 = condval_57;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[(ax0_0_3 * 4)] = (*(float *)(&(condval_56)));
+            float v__125 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_58;
+          if (((*(uint *)(&(v__125))) & (uint)2139095040) != (uint)2139095040) {
+              float v__126 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_58 = (((*(uint *)(&(v__126))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__127 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_59;
+            if (((*(uint *)(&(v__127))) & (uint)8388607) != (uint)0) {
+                float v__128 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_59 = (((*(uint *)(&(v__128))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__129 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_59 = (*(uint *)(&(v__129)));
+            }
+            condval_58 = condval_59;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 1)] = (*(float *)(&(condval_58)));
+            float v__130 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_60;
+          if (((*(uint *)(&(v__130))) & (uint)2139095040) != (uint)2139095040) {
+              float v__131 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_60 = (((*(uint *)(&(v__131))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__132 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_61;
+            if (((*(uint *)(&(v__132))) & (uint)8388607) != (uint)0) {
+                float v__133 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_61 = (((*(uint *)(&(v__133))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__134 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_61 = (*(uint *)(&(v__134)));
+            }
+            condval_60 = condval_61;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 2)] = (*(float *)(&(condval_60)));
+            float v__135 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_62;
+          if (((*(uint *)(&(v__135))) & (uint)2139095040) != (uint)2139095040) {
+              float v__136 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_62 = (((*(uint *)(&(v__136))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__137 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_63;
+            if (((*(uint *)(&(v__137))) & (uint)8388607) != (uint)0) {
+                float v__138 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_63 = (((*(uint *)(&(v__138))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__139 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_63 = (*(uint *)(&(v__139)));
+            }
+            condval_62 = condval_63;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 3)] = (*(float *)(&(condval_62)));
       }
       for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            float v__140 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_64;
+          if (((*(uint *)(&(v__140))) & (uint)2139095040) != (uint)2139095040) {
+              float v__141 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_64 = (((*(uint *)(&(v__141))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__142 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_65;
+            if (((*(uint *)(&(v__142))) & (uint)8388607) != (uint)0) {
+                float v__143 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_65 = (((*(uint *)(&(v__143))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__144 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_65 = (*(uint *)(&(v__144)));
+            }
+            condval_64 = condval_65;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_64)));
+            float v__145 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_66;
+          if (((*(uint *)(&(v__145))) & (uint)2139095040) != (uint)2139095040) {
+              float v__146 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_66 = (((*(uint *)(&(v__146))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__147 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_67;
+            if (((*(uint *)(&(v__147))) & (uint)8388607) != (uint)0) {
+                float v__148 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_67 = (((*(uint *)(&(v__148))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__149 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_67 = (*(uint *)(&(v__149)));
+            }
+            condval_66 = condval_67;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_66)));
+            float v__150 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_68;
+          if (((*(uint *)(&(v__150))) & (uint)2139095040) != (uint)2139095040) {
+              float v__151 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_68 = (((*(uint *)(&(v__151))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__152 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_69;
+            if (((*(uint *)(&(v__152))) & (uint)8388607) != (uint)0) {
+                float v__153 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_69 = (((*(uint *)(&(v__153))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__154 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_69 = (*(uint *)(&(v__154)));
+            }
+            condval_68 = condval_69;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_68)));
+            float v__155 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_70;
+          if (((*(uint *)(&(v__155))) & (uint)2139095040) != (uint)2139095040) {
+              float v__156 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_70 = (((*(uint *)(&(v__156))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__157 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_71;
+            if (((*(uint *)(&(v__157))) & (uint)8388607) != (uint)0) {
+                float v__158 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_71 = (((*(uint *)(&(v__158))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__159 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_71 = (*(uint *)(&(v__159)));
+            }
+            condval_70 = condval_71;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_70)));
       }
       for (int m_0_2_3 = 0; m_0_2_3 < 4; ++m_0_2_3) {
         for (int n_0_2_3 = 0; n_0_2_3 < 2; ++n_0_2_3) {
@@ -2476,7 +3230,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3]));
   }
 
   {
@@ -2484,7 +3238,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3]));
   }
         }
       }
@@ -2514,10 +3268,10 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
 extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel(float* __restrict__ a_v_ptr, float* __restrict__ b_v_ptr, float* __restrict__ bias_ptr, float* __restrict__ c_v_ptr, int K, int M, int N, int a_s0, int b_s0) {
   extern __shared__ __align__(64) uchar buf_dyn_shmem_ptr[];
   alignas(64) float acc_pad_shared_dyn_warp_ptr[64];
-  alignas(64) float a_tf32_pad_shared_dyn_warp_ptr[16];
-  alignas(64) float b_tf32_pad_shared_dyn_warp_ptr[8];
-  alignas(64) float a_tf32_pad_shared_dyn_warp_ptr_1[16];
-  alignas(64) float b_tf32_pad_shared_dyn_warp_ptr_1[256];
+  alignas(64) float a_pad_shared_dyn_warp_ptr[16];
+  alignas(64) float b_pad_shared_dyn_warp_ptr[8];
+  alignas(64) float a_pad_shared_dyn_warp_ptr_1[16];
+  alignas(64) float b_pad_shared_dyn_warp_ptr_1[256];
   for (int m_0_2_init = 0; m_0_2_init < 4; ++m_0_2_init) {
     for (int n_0_2_init = 0; n_0_2_init < 2; ++n_0_2_init) {
       acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8))] = 0x0p+0f/*0.000000e+00*/;
@@ -2532,647 +3286,190 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
   }
   if (0 < K) {
     for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 4; ++ax0_ax1_fused_0) {
-      float4 condval;
-      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < 0)) {
-          uint4 __1;
-          ushort4 __2;
-            uint4 __3;
-                float4 v_ = *(float4*)(a_v_ptr + (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)));
-              uint4 v__1 = *(uint4 *)(&(v_));
-              uint4 v__2 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-              __3.x = (v__1.x&v__2.x);
-              __3.y = (v__1.y&v__2.y);
-              __3.z = (v__1.z&v__2.z);
-              __3.w = (v__1.w&v__2.w);
-            uint4 v__3 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-            __2.x = (__3.x!=v__3.x);
-            __2.y = (__3.y!=v__3.y);
-            __2.z = (__3.z!=v__3.z);
-            __2.w = (__3.w!=v__3.w);
-          uint4 __4;
-            uint4 __5;
-                float4 v__4 = *(float4*)(a_v_ptr + (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)));
-              uint4 v__5 = *(uint4 *)(&(v__4));
-              uint4 v__6 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
-              __5.x = (v__5.x+v__6.x);
-              __5.y = (v__5.y+v__6.y);
-              __5.z = (v__5.z+v__6.z);
-              __5.w = (v__5.w+v__6.w);
-            uint4 v__7 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __4.x = (__5.x&v__7.x);
-            __4.y = (__5.y&v__7.y);
-            __4.z = (__5.z&v__7.z);
-            __4.w = (__5.w&v__7.w);
-          uint4 __6;
-          ushort4 __7;
-            uint4 __8;
-                float4 v__8 = *(float4*)(a_v_ptr + (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)));
-              uint4 v__9 = *(uint4 *)(&(v__8));
-              uint4 v__10 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
-              __8.x = (v__9.x&v__10.x);
-              __8.y = (v__9.y&v__10.y);
-              __8.z = (v__9.z&v__10.z);
-              __8.w = (v__9.w&v__10.w);
-            uint4 v__11 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
-            __7.x = (__8.x!=v__11.x);
-            __7.y = (__8.y!=v__11.y);
-            __7.z = (__8.z!=v__11.z);
-            __7.w = (__8.w!=v__11.w);
-          uint4 __9;
-            uint4 __10;
-                float4 v__12 = *(float4*)(a_v_ptr + (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)));
-              uint4 v__13 = *(uint4 *)(&(v__12));
-              uint4 v__14 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
-              __10.x = (v__13.x|v__14.x);
-              __10.y = (v__13.y|v__14.y);
-              __10.z = (v__13.z|v__14.z);
-              __10.w = (v__13.w|v__14.w);
-            uint4 v__15 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __9.x = (__10.x&v__15.x);
-            __9.y = (__10.y&v__15.y);
-            __9.z = (__10.z&v__15.z);
-            __9.w = (__10.w&v__15.w);
-            float4 v__16 = *(float4*)(a_v_ptr + (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)));
-          uint4 v__17 = *(uint4 *)(&(v__16));
-          __6.x = (bool(__7.x)?__9.x:v__17.x);
-          __6.y = (bool(__7.y)?__9.y:v__17.y);
-          __6.z = (bool(__7.z)?__9.z:v__17.z);
-          __6.w = (bool(__7.w)?__9.w:v__17.w);
-          __1.x = (bool(__2.x)?__4.x:__6.x);
-          __1.y = (bool(__2.y)?__4.y:__6.y);
-          __1.z = (bool(__2.z)?__4.z:__6.z);
-          __1.w = (bool(__2.w)?__4.w:__6.w);
-        condval = (*(float4 *)(&(__1)));
-      } else {
-        condval = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-      }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 16896)) = condval;
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 16896), a_v_ptr, (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < 0)));
     }
-  }
-  if (0 < K) {
     for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 4; ++ax0_ax1_fused_0_1) {
-      float4 condval_1;
-      if ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
-          uint4 __11;
-          ushort4 __12;
-            uint4 __13;
-                float4 v__18 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)));
-              uint4 v__19 = *(uint4 *)(&(v__18));
-              uint4 v__20 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-              __13.x = (v__19.x&v__20.x);
-              __13.y = (v__19.y&v__20.y);
-              __13.z = (v__19.z&v__20.z);
-              __13.w = (v__19.w&v__20.w);
-            uint4 v__21 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-            __12.x = (__13.x!=v__21.x);
-            __12.y = (__13.y!=v__21.y);
-            __12.z = (__13.z!=v__21.z);
-            __12.w = (__13.w!=v__21.w);
-          uint4 __14;
-            uint4 __15;
-                float4 v__22 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)));
-              uint4 v__23 = *(uint4 *)(&(v__22));
-              uint4 v__24 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
-              __15.x = (v__23.x+v__24.x);
-              __15.y = (v__23.y+v__24.y);
-              __15.z = (v__23.z+v__24.z);
-              __15.w = (v__23.w+v__24.w);
-            uint4 v__25 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __14.x = (__15.x&v__25.x);
-            __14.y = (__15.y&v__25.y);
-            __14.z = (__15.z&v__25.z);
-            __14.w = (__15.w&v__25.w);
-          uint4 __16;
-          ushort4 __17;
-            uint4 __18;
-                float4 v__26 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)));
-              uint4 v__27 = *(uint4 *)(&(v__26));
-              uint4 v__28 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
-              __18.x = (v__27.x&v__28.x);
-              __18.y = (v__27.y&v__28.y);
-              __18.z = (v__27.z&v__28.z);
-              __18.w = (v__27.w&v__28.w);
-            uint4 v__29 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
-            __17.x = (__18.x!=v__29.x);
-            __17.y = (__18.y!=v__29.y);
-            __17.z = (__18.z!=v__29.z);
-            __17.w = (__18.w!=v__29.w);
-          uint4 __19;
-            uint4 __20;
-                float4 v__30 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)));
-              uint4 v__31 = *(uint4 *)(&(v__30));
-              uint4 v__32 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
-              __20.x = (v__31.x|v__32.x);
-              __20.y = (v__31.y|v__32.y);
-              __20.z = (v__31.z|v__32.z);
-              __20.w = (v__31.w|v__32.w);
-            uint4 v__33 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __19.x = (__20.x&v__33.x);
-            __19.y = (__20.y&v__33.y);
-            __19.z = (__20.z&v__33.z);
-            __19.w = (__20.w&v__33.w);
-            float4 v__34 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)));
-          uint4 v__35 = *(uint4 *)(&(v__34));
-          __16.x = (bool(__17.x)?__19.x:v__35.x);
-          __16.y = (bool(__17.y)?__19.y:v__35.y);
-          __16.z = (bool(__17.z)?__19.z:v__35.z);
-          __16.w = (bool(__17.w)?__19.w:v__35.w);
-          __11.x = (bool(__12.x)?__14.x:__16.x);
-          __11.y = (bool(__12.y)?__14.y:__16.y);
-          __11.z = (bool(__12.z)?__14.z:__16.z);
-          __11.w = (bool(__12.w)?__14.w:__16.w);
-        condval_1 = (*(float4 *)(&(__11)));
-      } else {
-        condval_1 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-      }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((ax0_ax1_fused_0_1 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4))) = condval_1;
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, (((ax0_ax1_fused_0_1 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)), ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)));
     }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
   }
   if (32 < K) {
     for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 4; ++ax0_ax1_fused_0_2) {
-      float4 condval_2;
-      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < -8)) {
-          uint4 __21;
-          ushort4 __22;
-            uint4 __23;
-                float4 v__36 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32));
-              uint4 v__37 = *(uint4 *)(&(v__36));
-              uint4 v__38 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-              __23.x = (v__37.x&v__38.x);
-              __23.y = (v__37.y&v__38.y);
-              __23.z = (v__37.z&v__38.z);
-              __23.w = (v__37.w&v__38.w);
-            uint4 v__39 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-            __22.x = (__23.x!=v__39.x);
-            __22.y = (__23.y!=v__39.y);
-            __22.z = (__23.z!=v__39.z);
-            __22.w = (__23.w!=v__39.w);
-          uint4 __24;
-            uint4 __25;
-                float4 v__40 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32));
-              uint4 v__41 = *(uint4 *)(&(v__40));
-              uint4 v__42 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
-              __25.x = (v__41.x+v__42.x);
-              __25.y = (v__41.y+v__42.y);
-              __25.z = (v__41.z+v__42.z);
-              __25.w = (v__41.w+v__42.w);
-            uint4 v__43 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __24.x = (__25.x&v__43.x);
-            __24.y = (__25.y&v__43.y);
-            __24.z = (__25.z&v__43.z);
-            __24.w = (__25.w&v__43.w);
-          uint4 __26;
-          ushort4 __27;
-            uint4 __28;
-                float4 v__44 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32));
-              uint4 v__45 = *(uint4 *)(&(v__44));
-              uint4 v__46 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
-              __28.x = (v__45.x&v__46.x);
-              __28.y = (v__45.y&v__46.y);
-              __28.z = (v__45.z&v__46.z);
-              __28.w = (v__45.w&v__46.w);
-            uint4 v__47 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
-            __27.x = (__28.x!=v__47.x);
-            __27.y = (__28.y!=v__47.y);
-            __27.z = (__28.z!=v__47.z);
-            __27.w = (__28.w!=v__47.w);
-          uint4 __29;
-            uint4 __30;
-                float4 v__48 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32));
-              uint4 v__49 = *(uint4 *)(&(v__48));
-              uint4 v__50 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
-              __30.x = (v__49.x|v__50.x);
-              __30.y = (v__49.y|v__50.y);
-              __30.z = (v__49.z|v__50.z);
-              __30.w = (v__49.w|v__50.w);
-            uint4 v__51 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __29.x = (__30.x&v__51.x);
-            __29.y = (__30.y&v__51.y);
-            __29.z = (__30.z&v__51.z);
-            __29.w = (__30.w&v__51.w);
-            float4 v__52 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32));
-          uint4 v__53 = *(uint4 *)(&(v__52));
-          __26.x = (bool(__27.x)?__29.x:v__53.x);
-          __26.y = (bool(__27.y)?__29.y:v__53.y);
-          __26.z = (bool(__27.z)?__29.z:v__53.z);
-          __26.w = (bool(__27.w)?__29.w:v__53.w);
-          __21.x = (bool(__22.x)?__24.x:__26.x);
-          __21.y = (bool(__22.y)?__24.y:__26.y);
-          __21.z = (bool(__22.z)?__24.z:__26.z);
-          __21.w = (bool(__22.w)?__24.w:__26.w);
-        condval_2 = (*(float4 *)(&(__21)));
-      } else {
-        condval_2 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-      }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0_2 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 21504)) = condval_2;
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_2 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 21504), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < -8)));
     }
-  }
-  if (32 < K) {
     for (int ax0_ax1_fused_0_3 = 0; ax0_ax1_fused_0_3 < 4; ++ax0_ax1_fused_0_3) {
-      float4 condval_3;
-      if (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
-          uint4 __31;
-          ushort4 __32;
-            uint4 __33;
-                float4 v__54 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)));
-              uint4 v__55 = *(uint4 *)(&(v__54));
-              uint4 v__56 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-              __33.x = (v__55.x&v__56.x);
-              __33.y = (v__55.y&v__56.y);
-              __33.z = (v__55.z&v__56.z);
-              __33.w = (v__55.w&v__56.w);
-            uint4 v__57 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-            __32.x = (__33.x!=v__57.x);
-            __32.y = (__33.y!=v__57.y);
-            __32.z = (__33.z!=v__57.z);
-            __32.w = (__33.w!=v__57.w);
-          uint4 __34;
-            uint4 __35;
-                float4 v__58 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)));
-              uint4 v__59 = *(uint4 *)(&(v__58));
-              uint4 v__60 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
-              __35.x = (v__59.x+v__60.x);
-              __35.y = (v__59.y+v__60.y);
-              __35.z = (v__59.z+v__60.z);
-              __35.w = (v__59.w+v__60.w);
-            uint4 v__61 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __34.x = (__35.x&v__61.x);
-            __34.y = (__35.y&v__61.y);
-            __34.z = (__35.z&v__61.z);
-            __34.w = (__35.w&v__61.w);
-          uint4 __36;
-          ushort4 __37;
-            uint4 __38;
-                float4 v__62 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)));
-              uint4 v__63 = *(uint4 *)(&(v__62));
-              uint4 v__64 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
-              __38.x = (v__63.x&v__64.x);
-              __38.y = (v__63.y&v__64.y);
-              __38.z = (v__63.z&v__64.z);
-              __38.w = (v__63.w&v__64.w);
-            uint4 v__65 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
-            __37.x = (__38.x!=v__65.x);
-            __37.y = (__38.y!=v__65.y);
-            __37.z = (__38.z!=v__65.z);
-            __37.w = (__38.w!=v__65.w);
-          uint4 __39;
-            uint4 __40;
-                float4 v__66 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)));
-              uint4 v__67 = *(uint4 *)(&(v__66));
-              uint4 v__68 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
-              __40.x = (v__67.x|v__68.x);
-              __40.y = (v__67.y|v__68.y);
-              __40.z = (v__67.z|v__68.z);
-              __40.w = (v__67.w|v__68.w);
-            uint4 v__69 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __39.x = (__40.x&v__69.x);
-            __39.y = (__40.y&v__69.y);
-            __39.z = (__40.z&v__69.z);
-            __39.w = (__40.w&v__69.w);
-            float4 v__70 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)));
-          uint4 v__71 = *(uint4 *)(&(v__70));
-          __36.x = (bool(__37.x)?__39.x:v__71.x);
-          __36.y = (bool(__37.y)?__39.y:v__71.y);
-          __36.z = (bool(__37.z)?__39.z:v__71.z);
-          __36.w = (bool(__37.w)?__39.w:v__71.w);
-          __31.x = (bool(__32.x)?__34.x:__36.x);
-          __31.y = (bool(__32.y)?__34.y:__36.y);
-          __31.z = (bool(__32.z)?__34.z:__36.z);
-          __31.w = (bool(__32.w)?__34.w:__36.w);
-        condval_3 = (*(float4 *)(&(__31)));
-      } else {
-        condval_3 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-      }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((ax0_ax1_fused_0_3 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)) + 4224)) = condval_3;
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, ((((ax0_ax1_fused_0_3 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)) + 4224), b_v_ptr, (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)), (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)));
     }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
   }
   if (64 < K) {
     for (int ax0_ax1_fused_0_4 = 0; ax0_ax1_fused_0_4 < 4; ++ax0_ax1_fused_0_4) {
-      float4 condval_4;
-      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < -16)) {
-          uint4 __41;
-          ushort4 __42;
-            uint4 __43;
-                float4 v__72 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64));
-              uint4 v__73 = *(uint4 *)(&(v__72));
-              uint4 v__74 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-              __43.x = (v__73.x&v__74.x);
-              __43.y = (v__73.y&v__74.y);
-              __43.z = (v__73.z&v__74.z);
-              __43.w = (v__73.w&v__74.w);
-            uint4 v__75 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-            __42.x = (__43.x!=v__75.x);
-            __42.y = (__43.y!=v__75.y);
-            __42.z = (__43.z!=v__75.z);
-            __42.w = (__43.w!=v__75.w);
-          uint4 __44;
-            uint4 __45;
-                float4 v__76 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64));
-              uint4 v__77 = *(uint4 *)(&(v__76));
-              uint4 v__78 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
-              __45.x = (v__77.x+v__78.x);
-              __45.y = (v__77.y+v__78.y);
-              __45.z = (v__77.z+v__78.z);
-              __45.w = (v__77.w+v__78.w);
-            uint4 v__79 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __44.x = (__45.x&v__79.x);
-            __44.y = (__45.y&v__79.y);
-            __44.z = (__45.z&v__79.z);
-            __44.w = (__45.w&v__79.w);
-          uint4 __46;
-          ushort4 __47;
-            uint4 __48;
-                float4 v__80 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64));
-              uint4 v__81 = *(uint4 *)(&(v__80));
-              uint4 v__82 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
-              __48.x = (v__81.x&v__82.x);
-              __48.y = (v__81.y&v__82.y);
-              __48.z = (v__81.z&v__82.z);
-              __48.w = (v__81.w&v__82.w);
-            uint4 v__83 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
-            __47.x = (__48.x!=v__83.x);
-            __47.y = (__48.y!=v__83.y);
-            __47.z = (__48.z!=v__83.z);
-            __47.w = (__48.w!=v__83.w);
-          uint4 __49;
-            uint4 __50;
-                float4 v__84 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64));
-              uint4 v__85 = *(uint4 *)(&(v__84));
-              uint4 v__86 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
-              __50.x = (v__85.x|v__86.x);
-              __50.y = (v__85.y|v__86.y);
-              __50.z = (v__85.z|v__86.z);
-              __50.w = (v__85.w|v__86.w);
-            uint4 v__87 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __49.x = (__50.x&v__87.x);
-            __49.y = (__50.y&v__87.y);
-            __49.z = (__50.z&v__87.z);
-            __49.w = (__50.w&v__87.w);
-            float4 v__88 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64));
-          uint4 v__89 = *(uint4 *)(&(v__88));
-          __46.x = (bool(__47.x)?__49.x:v__89.x);
-          __46.y = (bool(__47.y)?__49.y:v__89.y);
-          __46.z = (bool(__47.z)?__49.z:v__89.z);
-          __46.w = (bool(__47.w)?__49.w:v__89.w);
-          __41.x = (bool(__42.x)?__44.x:__46.x);
-          __41.y = (bool(__42.y)?__44.y:__46.y);
-          __41.z = (bool(__42.z)?__44.z:__46.z);
-          __41.w = (bool(__42.w)?__44.w:__46.w);
-        condval_4 = (*(float4 *)(&(__41)));
-      } else {
-        condval_4 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-      }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0_4 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 26112)) = condval_4;
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_4 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 26112), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < -16)));
     }
-  }
-  if (64 < K) {
     for (int ax0_ax1_fused_0_5 = 0; ax0_ax1_fused_0_5 < 4; ++ax0_ax1_fused_0_5) {
-      float4 condval_5;
-      if (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
-          uint4 __51;
-          ushort4 __52;
-            uint4 __53;
-                float4 v__90 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)));
-              uint4 v__91 = *(uint4 *)(&(v__90));
-              uint4 v__92 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-              __53.x = (v__91.x&v__92.x);
-              __53.y = (v__91.y&v__92.y);
-              __53.z = (v__91.z&v__92.z);
-              __53.w = (v__91.w&v__92.w);
-            uint4 v__93 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-            __52.x = (__53.x!=v__93.x);
-            __52.y = (__53.y!=v__93.y);
-            __52.z = (__53.z!=v__93.z);
-            __52.w = (__53.w!=v__93.w);
-          uint4 __54;
-            uint4 __55;
-                float4 v__94 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)));
-              uint4 v__95 = *(uint4 *)(&(v__94));
-              uint4 v__96 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
-              __55.x = (v__95.x+v__96.x);
-              __55.y = (v__95.y+v__96.y);
-              __55.z = (v__95.z+v__96.z);
-              __55.w = (v__95.w+v__96.w);
-            uint4 v__97 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __54.x = (__55.x&v__97.x);
-            __54.y = (__55.y&v__97.y);
-            __54.z = (__55.z&v__97.z);
-            __54.w = (__55.w&v__97.w);
-          uint4 __56;
-          ushort4 __57;
-            uint4 __58;
-                float4 v__98 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)));
-              uint4 v__99 = *(uint4 *)(&(v__98));
-              uint4 v__100 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
-              __58.x = (v__99.x&v__100.x);
-              __58.y = (v__99.y&v__100.y);
-              __58.z = (v__99.z&v__100.z);
-              __58.w = (v__99.w&v__100.w);
-            uint4 v__101 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
-            __57.x = (__58.x!=v__101.x);
-            __57.y = (__58.y!=v__101.y);
-            __57.z = (__58.z!=v__101.z);
-            __57.w = (__58.w!=v__101.w);
-          uint4 __59;
-            uint4 __60;
-                float4 v__102 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)));
-              uint4 v__103 = *(uint4 *)(&(v__102));
-              uint4 v__104 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
-              __60.x = (v__103.x|v__104.x);
-              __60.y = (v__103.y|v__104.y);
-              __60.z = (v__103.z|v__104.z);
-              __60.w = (v__103.w|v__104.w);
-            uint4 v__105 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __59.x = (__60.x&v__105.x);
-            __59.y = (__60.y&v__105.y);
-            __59.z = (__60.z&v__105.z);
-            __59.w = (__60.w&v__105.w);
-            float4 v__106 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)));
-          uint4 v__107 = *(uint4 *)(&(v__106));
-          __56.x = (bool(__57.x)?__59.x:v__107.x);
-          __56.y = (bool(__57.y)?__59.y:v__107.y);
-          __56.z = (bool(__57.z)?__59.z:v__107.z);
-          __56.w = (bool(__57.w)?__59.w:v__107.w);
-          __51.x = (bool(__52.x)?__54.x:__56.x);
-          __51.y = (bool(__52.y)?__54.y:__56.y);
-          __51.z = (bool(__52.z)?__54.z:__56.z);
-          __51.w = (bool(__52.w)?__54.w:__56.w);
-        condval_5 = (*(float4 *)(&(__51)));
-      } else {
-        condval_5 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-      }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((ax0_ax1_fused_0_5 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)) + 8448)) = condval_5;
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, ((((ax0_ax1_fused_0_5 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)) + 8448), b_v_ptr, (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)), (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)));
     }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
   }
   for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
     __syncthreads();
     for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 4; ++ax0_ax1_fused_0_6) {
-      float4 condval_6;
-      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && ((((k_0_0 * 8) + (((int)threadIdx.x) & 7)) - (K >> 2)) < -24)) {
-          uint4 __61;
-          ushort4 __62;
-            uint4 __63;
-                float4 v__108 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96));
-              uint4 v__109 = *(uint4 *)(&(v__108));
-              uint4 v__110 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-              __63.x = (v__109.x&v__110.x);
-              __63.y = (v__109.y&v__110.y);
-              __63.z = (v__109.z&v__110.z);
-              __63.w = (v__109.w&v__110.w);
-            uint4 v__111 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-            __62.x = (__63.x!=v__111.x);
-            __62.y = (__63.y!=v__111.y);
-            __62.z = (__63.z!=v__111.z);
-            __62.w = (__63.w!=v__111.w);
-          uint4 __64;
-            uint4 __65;
-                float4 v__112 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96));
-              uint4 v__113 = *(uint4 *)(&(v__112));
-              uint4 v__114 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
-              __65.x = (v__113.x+v__114.x);
-              __65.y = (v__113.y+v__114.y);
-              __65.z = (v__113.z+v__114.z);
-              __65.w = (v__113.w+v__114.w);
-            uint4 v__115 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __64.x = (__65.x&v__115.x);
-            __64.y = (__65.y&v__115.y);
-            __64.z = (__65.z&v__115.z);
-            __64.w = (__65.w&v__115.w);
-          uint4 __66;
-          ushort4 __67;
-            uint4 __68;
-                float4 v__116 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96));
-              uint4 v__117 = *(uint4 *)(&(v__116));
-              uint4 v__118 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
-              __68.x = (v__117.x&v__118.x);
-              __68.y = (v__117.y&v__118.y);
-              __68.z = (v__117.z&v__118.z);
-              __68.w = (v__117.w&v__118.w);
-            uint4 v__119 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
-            __67.x = (__68.x!=v__119.x);
-            __67.y = (__68.y!=v__119.y);
-            __67.z = (__68.z!=v__119.z);
-            __67.w = (__68.w!=v__119.w);
-          uint4 __69;
-            uint4 __70;
-                float4 v__120 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96));
-              uint4 v__121 = *(uint4 *)(&(v__120));
-              uint4 v__122 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
-              __70.x = (v__121.x|v__122.x);
-              __70.y = (v__121.y|v__122.y);
-              __70.z = (v__121.z|v__122.z);
-              __70.w = (v__121.w|v__122.w);
-            uint4 v__123 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __69.x = (__70.x&v__123.x);
-            __69.y = (__70.y&v__123.y);
-            __69.z = (__70.z&v__123.z);
-            __69.w = (__70.w&v__123.w);
-            float4 v__124 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96));
-          uint4 v__125 = *(uint4 *)(&(v__124));
-          __66.x = (bool(__67.x)?__69.x:v__125.x);
-          __66.y = (bool(__67.y)?__69.y:v__125.y);
-          __66.z = (bool(__67.z)?__69.z:v__125.z);
-          __66.w = (bool(__67.w)?__69.w:v__125.w);
-          __61.x = (bool(__62.x)?__64.x:__66.x);
-          __61.y = (bool(__62.y)?__64.y:__66.y);
-          __61.z = (bool(__62.z)?__64.z:__66.z);
-          __61.w = (bool(__62.w)?__64.w:__66.w);
-        condval_6 = (*(float4 *)(&(__61)));
-      } else {
-        condval_6 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-      }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((((((k_0_0 + 3) & 3) * 4608) + (ax0_ax1_fused_0_6 * 1152)) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 16896)) = condval_6;
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, ((((((((k_0_0 + 3) & 3) * 4608) + (ax0_ax1_fused_0_6 * 1152)) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 16896), a_v_ptr, ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && ((((k_0_0 * 8) + (((int)threadIdx.x) & 7)) - (K >> 2)) < -24)));
     }
     for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 4; ++ax0_ax1_fused_0_7) {
-      float4 condval_7;
-      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
-          uint4 __71;
-          ushort4 __72;
-            uint4 __73;
-                float4 v__126 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
-              uint4 v__127 = *(uint4 *)(&(v__126));
-              uint4 v__128 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-              __73.x = (v__127.x&v__128.x);
-              __73.y = (v__127.y&v__128.y);
-              __73.z = (v__127.z&v__128.z);
-              __73.w = (v__127.w&v__128.w);
-            uint4 v__129 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-            __72.x = (__73.x!=v__129.x);
-            __72.y = (__73.y!=v__129.y);
-            __72.z = (__73.z!=v__129.z);
-            __72.w = (__73.w!=v__129.w);
-          uint4 __74;
-            uint4 __75;
-                float4 v__130 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
-              uint4 v__131 = *(uint4 *)(&(v__130));
-              uint4 v__132 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
-              __75.x = (v__131.x+v__132.x);
-              __75.y = (v__131.y+v__132.y);
-              __75.z = (v__131.z+v__132.z);
-              __75.w = (v__131.w+v__132.w);
-            uint4 v__133 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __74.x = (__75.x&v__133.x);
-            __74.y = (__75.y&v__133.y);
-            __74.z = (__75.z&v__133.z);
-            __74.w = (__75.w&v__133.w);
-          uint4 __76;
-          ushort4 __77;
-            uint4 __78;
-                float4 v__134 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
-              uint4 v__135 = *(uint4 *)(&(v__134));
-              uint4 v__136 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
-              __78.x = (v__135.x&v__136.x);
-              __78.y = (v__135.y&v__136.y);
-              __78.z = (v__135.z&v__136.z);
-              __78.w = (v__135.w&v__136.w);
-            uint4 v__137 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
-            __77.x = (__78.x!=v__137.x);
-            __77.y = (__78.y!=v__137.y);
-            __77.z = (__78.z!=v__137.z);
-            __77.w = (__78.w!=v__137.w);
-          uint4 __79;
-            uint4 __80;
-                float4 v__138 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
-              uint4 v__139 = *(uint4 *)(&(v__138));
-              uint4 v__140 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
-              __80.x = (v__139.x|v__140.x);
-              __80.y = (v__139.y|v__140.y);
-              __80.z = (v__139.z|v__140.z);
-              __80.w = (v__139.w|v__140.w);
-            uint4 v__141 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __79.x = (__80.x&v__141.x);
-            __79.y = (__80.y&v__141.y);
-            __79.z = (__80.z&v__141.z);
-            __79.w = (__80.w&v__141.w);
-            float4 v__142 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
-          uint4 v__143 = *(uint4 *)(&(v__142));
-          __76.x = (bool(__77.x)?__79.x:v__143.x);
-          __76.y = (bool(__77.y)?__79.y:v__143.y);
-          __76.z = (bool(__77.z)?__79.z:v__143.z);
-          __76.w = (bool(__77.w)?__79.w:v__143.w);
-          __71.x = (bool(__72.x)?__74.x:__76.x);
-          __71.y = (bool(__72.y)?__74.y:__76.y);
-          __71.z = (bool(__72.z)?__74.z:__76.z);
-          __71.w = (bool(__72.w)?__74.w:__76.w);
-        condval_7 = (*(float4 *)(&(__71)));
-      } else {
-        condval_7 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-      }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((((k_0_0 + 3) & 3) * 4224) + (ax0_ax1_fused_0_7 * 1056)) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4))) = condval_7;
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, ((((((k_0_0 + 3) & 3) * 4224) + (ax0_ax1_fused_0_7 * 1056)) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)), ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)));
     }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_3();
     __syncthreads();
     for (int k_0_1 = 0; k_0_1 < 4; ++k_0_1) {
       for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
-        a_tf32_pad_shared_dyn_warp_ptr[(ax0_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
-        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
-        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
-        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            float v_ = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval;
+          if (((*(uint *)(&(v_))) & (uint)2139095040) != (uint)2139095040) {
+              float v__1 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval = (((*(uint *)(&(v__1))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__2 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_1;
+            if (((*(uint *)(&(v__2))) & (uint)8388607) != (uint)0) {
+                float v__3 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_1 = (((*(uint *)(&(v__3))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__4 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_1 = (*(uint *)(&(v__4)));
+            }
+            condval = condval_1;
+          }
+        a_pad_shared_dyn_warp_ptr[(ax0_0 * 4)] = (*(float *)(&(condval)));
+            float v__5 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_2;
+          if (((*(uint *)(&(v__5))) & (uint)2139095040) != (uint)2139095040) {
+              float v__6 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_2 = (((*(uint *)(&(v__6))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__7 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_3;
+            if (((*(uint *)(&(v__7))) & (uint)8388607) != (uint)0) {
+                float v__8 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_3 = (((*(uint *)(&(v__8))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__9 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_3 = (*(uint *)(&(v__9)));
+            }
+            condval_2 = condval_3;
+          }
+        a_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 1)] = (*(float *)(&(condval_2)));
+            float v__10 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_4;
+          if (((*(uint *)(&(v__10))) & (uint)2139095040) != (uint)2139095040) {
+              float v__11 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_4 = (((*(uint *)(&(v__11))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__12 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_5;
+            if (((*(uint *)(&(v__12))) & (uint)8388607) != (uint)0) {
+                float v__13 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_5 = (((*(uint *)(&(v__13))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__14 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_5 = (*(uint *)(&(v__14)));
+            }
+            condval_4 = condval_5;
+          }
+        a_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 2)] = (*(float *)(&(condval_4)));
+            float v__15 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_6;
+          if (((*(uint *)(&(v__15))) & (uint)2139095040) != (uint)2139095040) {
+              float v__16 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_6 = (((*(uint *)(&(v__16))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__17 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_7;
+            if (((*(uint *)(&(v__17))) & (uint)8388607) != (uint)0) {
+                float v__18 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_7 = (((*(uint *)(&(v__18))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__19 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_7 = (*(uint *)(&(v__19)));
+            }
+            condval_6 = condval_7;
+          }
+        a_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 3)] = (*(float *)(&(condval_6)));
       }
       for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
-        b_tf32_pad_shared_dyn_warp_ptr[(ax1_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            float v__20 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_8;
+          if (((*(uint *)(&(v__20))) & (uint)2139095040) != (uint)2139095040) {
+              float v__21 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_8 = (((*(uint *)(&(v__21))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__22 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_9;
+            if (((*(uint *)(&(v__22))) & (uint)8388607) != (uint)0) {
+                float v__23 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_9 = (((*(uint *)(&(v__23))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__24 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_9 = (*(uint *)(&(v__24)));
+            }
+            condval_8 = condval_9;
+          }
+        b_pad_shared_dyn_warp_ptr[(ax1_0 * 4)] = (*(float *)(&(condval_8)));
+            float v__25 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_10;
+          if (((*(uint *)(&(v__25))) & (uint)2139095040) != (uint)2139095040) {
+              float v__26 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_10 = (((*(uint *)(&(v__26))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__27 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_11;
+            if (((*(uint *)(&(v__27))) & (uint)8388607) != (uint)0) {
+                float v__28 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_11 = (((*(uint *)(&(v__28))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__29 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_11 = (*(uint *)(&(v__29)));
+            }
+            condval_10 = condval_11;
+          }
+        b_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 1)] = (*(float *)(&(condval_10)));
+            float v__30 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_12;
+          if (((*(uint *)(&(v__30))) & (uint)2139095040) != (uint)2139095040) {
+              float v__31 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_12 = (((*(uint *)(&(v__31))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__32 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_13;
+            if (((*(uint *)(&(v__32))) & (uint)8388607) != (uint)0) {
+                float v__33 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_13 = (((*(uint *)(&(v__33))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__34 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_13 = (*(uint *)(&(v__34)));
+            }
+            condval_12 = condval_13;
+          }
+        b_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 2)] = (*(float *)(&(condval_12)));
+            float v__35 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_14;
+          if (((*(uint *)(&(v__35))) & (uint)2139095040) != (uint)2139095040) {
+              float v__36 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_14 = (((*(uint *)(&(v__36))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__37 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_15;
+            if (((*(uint *)(&(v__37))) & (uint)8388607) != (uint)0) {
+                float v__38 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_15 = (((*(uint *)(&(v__38))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__39 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_15 = (*(uint *)(&(v__39)));
+            }
+            condval_14 = condval_15;
+          }
+        b_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 3)] = (*(float *)(&(condval_14)));
       }
       for (int m_0_2 = 0; m_0_2 < 4; ++m_0_2) {
         for (int n_0_2 = 0; n_0_2 < 2; ++n_0_2) {
@@ -3182,7 +3479,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr + (n_0_2 * 4)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr + (n_0_2 * 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + (n_0_2 * 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + (n_0_2 * 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
   }
 
   {
@@ -3190,25 +3487,163 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr + ((n_0_2 * 4) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr + ((n_0_2 * 4) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + ((n_0_2 * 4) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + ((n_0_2 * 4) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
   }
         }
       }
     }
   }
   if ((65 <= K) && (65 <= K)) {
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
+    __syncthreads();
     for (int k_0_1_1 = 0; k_0_1_1 < 4; ++k_0_1_1) {
       for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
-        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_1 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            float v__40 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_16;
+          if (((*(uint *)(&(v__40))) & (uint)2139095040) != (uint)2139095040) {
+              float v__41 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_16 = (((*(uint *)(&(v__41))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__42 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_17;
+            if (((*(uint *)(&(v__42))) & (uint)8388607) != (uint)0) {
+                float v__43 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_17 = (((*(uint *)(&(v__43))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__44 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_17 = (*(uint *)(&(v__44)));
+            }
+            condval_16 = condval_17;
+          }
+        a_pad_shared_dyn_warp_ptr_1[(ax0_0_1 * 4)] = (*(float *)(&(condval_16)));
+            float v__45 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_18;
+          if (((*(uint *)(&(v__45))) & (uint)2139095040) != (uint)2139095040) {
+              float v__46 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_18 = (((*(uint *)(&(v__46))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__47 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_19;
+            if (((*(uint *)(&(v__47))) & (uint)8388607) != (uint)0) {
+                float v__48 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_19 = (((*(uint *)(&(v__48))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__49 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_19 = (*(uint *)(&(v__49)));
+            }
+            condval_18 = condval_19;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 1)] = (*(float *)(&(condval_18)));
+            float v__50 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_20;
+          if (((*(uint *)(&(v__50))) & (uint)2139095040) != (uint)2139095040) {
+              float v__51 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_20 = (((*(uint *)(&(v__51))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__52 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_21;
+            if (((*(uint *)(&(v__52))) & (uint)8388607) != (uint)0) {
+                float v__53 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_21 = (((*(uint *)(&(v__53))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__54 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_21 = (*(uint *)(&(v__54)));
+            }
+            condval_20 = condval_21;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 2)] = (*(float *)(&(condval_20)));
+            float v__55 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_22;
+          if (((*(uint *)(&(v__55))) & (uint)2139095040) != (uint)2139095040) {
+              float v__56 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_22 = (((*(uint *)(&(v__56))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__57 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_23;
+            if (((*(uint *)(&(v__57))) & (uint)8388607) != (uint)0) {
+                float v__58 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_23 = (((*(uint *)(&(v__58))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__59 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_23 = (*(uint *)(&(v__59)));
+            }
+            condval_22 = condval_23;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 3)] = (*(float *)(&(condval_22)));
       }
       for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
-        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            float v__60 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_24;
+          if (((*(uint *)(&(v__60))) & (uint)2139095040) != (uint)2139095040) {
+              float v__61 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_24 = (((*(uint *)(&(v__61))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__62 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_25;
+            if (((*(uint *)(&(v__62))) & (uint)8388607) != (uint)0) {
+                float v__63 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_25 = (((*(uint *)(&(v__63))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__64 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_25 = (*(uint *)(&(v__64)));
+            }
+            condval_24 = condval_25;
+          }
+        b_pad_shared_dyn_warp_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_24)));
+            float v__65 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_26;
+          if (((*(uint *)(&(v__65))) & (uint)2139095040) != (uint)2139095040) {
+              float v__66 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_26 = (((*(uint *)(&(v__66))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__67 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_27;
+            if (((*(uint *)(&(v__67))) & (uint)8388607) != (uint)0) {
+                float v__68 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_27 = (((*(uint *)(&(v__68))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__69 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_27 = (*(uint *)(&(v__69)));
+            }
+            condval_26 = condval_27;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_26)));
+            float v__70 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_28;
+          if (((*(uint *)(&(v__70))) & (uint)2139095040) != (uint)2139095040) {
+              float v__71 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_28 = (((*(uint *)(&(v__71))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__72 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_29;
+            if (((*(uint *)(&(v__72))) & (uint)8388607) != (uint)0) {
+                float v__73 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_29 = (((*(uint *)(&(v__73))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__74 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_29 = (*(uint *)(&(v__74)));
+            }
+            condval_28 = condval_29;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_28)));
+            float v__75 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_30;
+          if (((*(uint *)(&(v__75))) & (uint)2139095040) != (uint)2139095040) {
+              float v__76 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_30 = (((*(uint *)(&(v__76))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__77 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_31;
+            if (((*(uint *)(&(v__77))) & (uint)8388607) != (uint)0) {
+                float v__78 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_31 = (((*(uint *)(&(v__78))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__79 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_31 = (*(uint *)(&(v__79)));
+            }
+            condval_30 = condval_31;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_30)));
       }
       for (int m_0_2_1 = 0; m_0_2_1 < 4; ++m_0_2_1) {
         for (int n_0_2_1 = 0; n_0_2_1 < 2; ++n_0_2_1) {
@@ -3218,7 +3653,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3]));
   }
 
   {
@@ -3226,25 +3661,163 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3]));
   }
         }
       }
     }
   }
   if ((33 <= K) && (33 <= K)) {
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
+    __syncthreads();
     for (int k_0_1_2 = 0; k_0_1_2 < 4; ++k_0_1_2) {
       for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
-        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_2 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            float v__80 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_32;
+          if (((*(uint *)(&(v__80))) & (uint)2139095040) != (uint)2139095040) {
+              float v__81 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_32 = (((*(uint *)(&(v__81))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__82 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_33;
+            if (((*(uint *)(&(v__82))) & (uint)8388607) != (uint)0) {
+                float v__83 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_33 = (((*(uint *)(&(v__83))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__84 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_33 = (*(uint *)(&(v__84)));
+            }
+            condval_32 = condval_33;
+          }
+        a_pad_shared_dyn_warp_ptr_1[(ax0_0_2 * 4)] = (*(float *)(&(condval_32)));
+            float v__85 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_34;
+          if (((*(uint *)(&(v__85))) & (uint)2139095040) != (uint)2139095040) {
+              float v__86 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_34 = (((*(uint *)(&(v__86))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__87 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_35;
+            if (((*(uint *)(&(v__87))) & (uint)8388607) != (uint)0) {
+                float v__88 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_35 = (((*(uint *)(&(v__88))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__89 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_35 = (*(uint *)(&(v__89)));
+            }
+            condval_34 = condval_35;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 1)] = (*(float *)(&(condval_34)));
+            float v__90 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_36;
+          if (((*(uint *)(&(v__90))) & (uint)2139095040) != (uint)2139095040) {
+              float v__91 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_36 = (((*(uint *)(&(v__91))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__92 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_37;
+            if (((*(uint *)(&(v__92))) & (uint)8388607) != (uint)0) {
+                float v__93 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_37 = (((*(uint *)(&(v__93))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__94 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_37 = (*(uint *)(&(v__94)));
+            }
+            condval_36 = condval_37;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 2)] = (*(float *)(&(condval_36)));
+            float v__95 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_38;
+          if (((*(uint *)(&(v__95))) & (uint)2139095040) != (uint)2139095040) {
+              float v__96 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_38 = (((*(uint *)(&(v__96))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__97 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_39;
+            if (((*(uint *)(&(v__97))) & (uint)8388607) != (uint)0) {
+                float v__98 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_39 = (((*(uint *)(&(v__98))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__99 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_39 = (*(uint *)(&(v__99)));
+            }
+            condval_38 = condval_39;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 3)] = (*(float *)(&(condval_38)));
       }
       for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
-        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            float v__100 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_40;
+          if (((*(uint *)(&(v__100))) & (uint)2139095040) != (uint)2139095040) {
+              float v__101 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_40 = (((*(uint *)(&(v__101))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__102 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_41;
+            if (((*(uint *)(&(v__102))) & (uint)8388607) != (uint)0) {
+                float v__103 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_41 = (((*(uint *)(&(v__103))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__104 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_41 = (*(uint *)(&(v__104)));
+            }
+            condval_40 = condval_41;
+          }
+        b_pad_shared_dyn_warp_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_40)));
+            float v__105 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_42;
+          if (((*(uint *)(&(v__105))) & (uint)2139095040) != (uint)2139095040) {
+              float v__106 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_42 = (((*(uint *)(&(v__106))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__107 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_43;
+            if (((*(uint *)(&(v__107))) & (uint)8388607) != (uint)0) {
+                float v__108 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_43 = (((*(uint *)(&(v__108))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__109 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_43 = (*(uint *)(&(v__109)));
+            }
+            condval_42 = condval_43;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_42)));
+            float v__110 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_44;
+          if (((*(uint *)(&(v__110))) & (uint)2139095040) != (uint)2139095040) {
+              float v__111 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_44 = (((*(uint *)(&(v__111))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__112 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_45;
+            if (((*(uint *)(&(v__112))) & (uint)8388607) != (uint)0) {
+                float v__113 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_45 = (((*(uint *)(&(v__113))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__114 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_45 = (*(uint *)(&(v__114)));
+            }
+            condval_44 = condval_45;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_44)));
+            float v__115 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_46;
+          if (((*(uint *)(&(v__115))) & (uint)2139095040) != (uint)2139095040) {
+              float v__116 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_46 = (((*(uint *)(&(v__116))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__117 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_47;
+            if (((*(uint *)(&(v__117))) & (uint)8388607) != (uint)0) {
+                float v__118 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_47 = (((*(uint *)(&(v__118))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__119 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_47 = (*(uint *)(&(v__119)));
+            }
+            condval_46 = condval_47;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_46)));
       }
       for (int m_0_2_2 = 0; m_0_2_2 < 4; ++m_0_2_2) {
         for (int n_0_2_2 = 0; n_0_2_2 < 2; ++n_0_2_2) {
@@ -3254,7 +3827,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3]));
   }
 
   {
@@ -3262,25 +3835,163 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3]));
   }
         }
       }
     }
   }
   if ((1 <= K) && (1 <= K)) {
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
+    __syncthreads();
     for (int k_0_1_3 = 0; k_0_1_3 < 4; ++k_0_1_3) {
       for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
-        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_3 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            float v__120 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_48;
+          if (((*(uint *)(&(v__120))) & (uint)2139095040) != (uint)2139095040) {
+              float v__121 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_48 = (((*(uint *)(&(v__121))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__122 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_49;
+            if (((*(uint *)(&(v__122))) & (uint)8388607) != (uint)0) {
+                float v__123 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_49 = (((*(uint *)(&(v__123))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__124 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_49 = (*(uint *)(&(v__124)));
+            }
+            condval_48 = condval_49;
+          }
+        a_pad_shared_dyn_warp_ptr_1[(ax0_0_3 * 4)] = (*(float *)(&(condval_48)));
+            float v__125 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_50;
+          if (((*(uint *)(&(v__125))) & (uint)2139095040) != (uint)2139095040) {
+              float v__126 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_50 = (((*(uint *)(&(v__126))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__127 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_51;
+            if (((*(uint *)(&(v__127))) & (uint)8388607) != (uint)0) {
+                float v__128 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_51 = (((*(uint *)(&(v__128))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__129 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_51 = (*(uint *)(&(v__129)));
+            }
+            condval_50 = condval_51;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 1)] = (*(float *)(&(condval_50)));
+            float v__130 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_52;
+          if (((*(uint *)(&(v__130))) & (uint)2139095040) != (uint)2139095040) {
+              float v__131 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_52 = (((*(uint *)(&(v__131))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__132 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_53;
+            if (((*(uint *)(&(v__132))) & (uint)8388607) != (uint)0) {
+                float v__133 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_53 = (((*(uint *)(&(v__133))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__134 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_53 = (*(uint *)(&(v__134)));
+            }
+            condval_52 = condval_53;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 2)] = (*(float *)(&(condval_52)));
+            float v__135 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_54;
+          if (((*(uint *)(&(v__135))) & (uint)2139095040) != (uint)2139095040) {
+              float v__136 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_54 = (((*(uint *)(&(v__136))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__137 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_55;
+            if (((*(uint *)(&(v__137))) & (uint)8388607) != (uint)0) {
+                float v__138 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_55 = (((*(uint *)(&(v__138))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__139 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_55 = (*(uint *)(&(v__139)));
+            }
+            condval_54 = condval_55;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 3)] = (*(float *)(&(condval_54)));
       }
       for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
-        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            float v__140 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_56;
+          if (((*(uint *)(&(v__140))) & (uint)2139095040) != (uint)2139095040) {
+              float v__141 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_56 = (((*(uint *)(&(v__141))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__142 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_57;
+            if (((*(uint *)(&(v__142))) & (uint)8388607) != (uint)0) {
+                float v__143 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_57 = (((*(uint *)(&(v__143))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__144 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_57 = (*(uint *)(&(v__144)));
+            }
+            condval_56 = condval_57;
+          }
+        b_pad_shared_dyn_warp_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_56)));
+            float v__145 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_58;
+          if (((*(uint *)(&(v__145))) & (uint)2139095040) != (uint)2139095040) {
+              float v__146 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_58 = (((*(uint *)(&(v__146))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__147 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_59;
+            if (((*(uint *)(&(v__147))) & (uint)8388607) != (uint)0) {
+                float v__148 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_59 = (((*(uint *)(&(v__148))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__149 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_59 = (*(uint *)(&(v__149)));
+            }
+            condval_58 = condval_59;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_58)));
+            float v__150 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_60;
+          if (((*(uint *)(&(v__150))) & (uint)2139095040) != (uint)2139095040) {
+              float v__151 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_60 = (((*(uint *)(&(v__151))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__152 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_61;
+            if (((*(uint *)(&(v__152))) & (uint)8388607) != (uint)0) {
+                float v__153 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_61 = (((*(uint *)(&(v__153))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__154 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_61 = (*(uint *)(&(v__154)));
+            }
+            condval_60 = condval_61;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_60)));
+            float v__155 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_62;
+          if (((*(uint *)(&(v__155))) & (uint)2139095040) != (uint)2139095040) {
+              float v__156 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_62 = (((*(uint *)(&(v__156))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__157 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_63;
+            if (((*(uint *)(&(v__157))) & (uint)8388607) != (uint)0) {
+                float v__158 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_63 = (((*(uint *)(&(v__158))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__159 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_63 = (*(uint *)(&(v__159)));
+            }
+            condval_62 = condval_63;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_62)));
       }
       for (int m_0_2_3 = 0; m_0_2_3 < 4; ++m_0_2_3) {
         for (int n_0_2_3 = 0; n_0_2_3 < 2; ++n_0_2_3) {
@@ -3290,7 +4001,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3]));
   }
 
   {
@@ -3298,7 +4009,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3]));
   }
         }
       }
@@ -3328,10 +4039,10 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
 extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel_1(float* __restrict__ a_ptr, float* __restrict__ b_ptr, float* __restrict__ bias_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int b_s0) {
   extern __shared__ __align__(64) uchar buf_dyn_shmem_ptr[];
   alignas(64) float acc_pad_shared_dyn_warp_1_ptr[64];
-  alignas(64) float a_tf32_pad_shared_dyn_warp_1_ptr[16];
-  alignas(64) float b_tf32_pad_shared_dyn_warp_1_ptr[8];
-  alignas(64) float a_tf32_pad_shared_dyn_warp_1_ptr_1[16];
-  alignas(64) float b_tf32_pad_shared_dyn_warp_1_ptr_1[256];
+  alignas(64) float a_pad_shared_dyn_warp_1_ptr[16];
+  alignas(64) float b_pad_shared_dyn_warp_1_ptr[8];
+  alignas(64) float a_pad_shared_dyn_warp_1_ptr_1[16];
+  alignas(64) float b_pad_shared_dyn_warp_1_ptr_1[256];
   for (int m_0_2_init = 0; m_0_2_init < 4; ++m_0_2_init) {
     for (int n_0_2_init = 0; n_0_2_init < 2; ++n_0_2_init) {
       acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8))] = 0x0p+0f/*0.000000e+00*/;
@@ -3348,24 +4059,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
     for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 16; ++ax0_ax1_fused_0) {
       float condval;
       if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) < M) && (((int)threadIdx.x) < K)) {
-            float v_ = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
-          uint condval_1;
-          if (((*(uint *)(&(v_))) & (uint)2139095040) != (uint)2139095040) {
-              float v__1 = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
-            condval_1 = (((*(uint *)(&(v__1))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__2 = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
-            uint condval_2;
-            if (((*(uint *)(&(v__2))) & (uint)8388607) != (uint)0) {
-                float v__3 = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
-              condval_2 = (((*(uint *)(&(v__3))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__4 = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
-              condval_2 = (*(uint *)(&(v__4)));
-            }
-            condval_1 = condval_2;
-          }
-        condval = (*(float *)(&(condval_1)));
+        condval = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
       } else {
         condval = 0x0p+0f/*0.000000e+00*/;
       }
@@ -3374,211 +4068,228 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
   }
   if (0 < K) {
     for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 16; ++ax0_ax1_fused_0_1) {
-      float condval_3;
+      float condval_1;
       if ((((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-            float v__5 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
-          uint condval_4;
-          if (((*(uint *)(&(v__5))) & (uint)2139095040) != (uint)2139095040) {
-              float v__6 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
-            condval_4 = (((*(uint *)(&(v__6))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__7 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
-            uint condval_5;
-            if (((*(uint *)(&(v__7))) & (uint)8388607) != (uint)0) {
-                float v__8 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
-              condval_5 = (((*(uint *)(&(v__8))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__9 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
-              condval_5 = (*(uint *)(&(v__9)));
-            }
-            condval_4 = condval_5;
-          }
-        condval_3 = (*(float *)(&(condval_4)));
+        condval_1 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
       } else {
-        condval_3 = 0x0p+0f/*0.000000e+00*/;
+        condval_1 = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_1 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] = condval_3;
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_1 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] = condval_1;
     }
   }
   if (32 < K) {
     for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 16; ++ax0_ax1_fused_0_2) {
-      float condval_6;
+      float condval_2;
       if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 32) < K)) {
-            float v__10 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
-          uint condval_7;
-          if (((*(uint *)(&(v__10))) & (uint)2139095040) != (uint)2139095040) {
-              float v__11 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
-            condval_7 = (((*(uint *)(&(v__11))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__12 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
-            uint condval_8;
-            if (((*(uint *)(&(v__12))) & (uint)8388607) != (uint)0) {
-                float v__13 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
-              condval_8 = (((*(uint *)(&(v__13))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__14 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
-              condval_8 = (*(uint *)(&(v__14)));
-            }
-            condval_7 = condval_8;
-          }
-        condval_6 = (*(float *)(&(condval_7)));
+        condval_2 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
       } else {
-        condval_6 = 0x0p+0f/*0.000000e+00*/;
+        condval_2 = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_2 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 21504)] = condval_6;
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_2 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 21504)] = condval_2;
     }
   }
   if (32 < K) {
     for (int ax0_ax1_fused_0_3 = 0; ax0_ax1_fused_0_3 < 16; ++ax0_ax1_fused_0_3) {
-      float condval_9;
+      float condval_3;
       if (((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-            float v__15 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
-          uint condval_10;
-          if (((*(uint *)(&(v__15))) & (uint)2139095040) != (uint)2139095040) {
-              float v__16 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
-            condval_10 = (((*(uint *)(&(v__16))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__17 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
-            uint condval_11;
-            if (((*(uint *)(&(v__17))) & (uint)8388607) != (uint)0) {
-                float v__18 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
-              condval_11 = (((*(uint *)(&(v__18))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__19 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
-              condval_11 = (*(uint *)(&(v__19)));
-            }
-            condval_10 = condval_11;
-          }
-        condval_9 = (*(float *)(&(condval_10)));
+        condval_3 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
       } else {
-        condval_9 = 0x0p+0f/*0.000000e+00*/;
+        condval_3 = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_3 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) + 4224)] = condval_9;
+      ((float*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_3 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) + 4224)] = condval_3;
     }
   }
   if (64 < K) {
     for (int ax0_ax1_fused_0_4 = 0; ax0_ax1_fused_0_4 < 16; ++ax0_ax1_fused_0_4) {
-      float condval_12;
+      float condval_4;
       if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 64) < K)) {
-            float v__20 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
-          uint condval_13;
-          if (((*(uint *)(&(v__20))) & (uint)2139095040) != (uint)2139095040) {
-              float v__21 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
-            condval_13 = (((*(uint *)(&(v__21))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__22 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
-            uint condval_14;
-            if (((*(uint *)(&(v__22))) & (uint)8388607) != (uint)0) {
-                float v__23 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
-              condval_14 = (((*(uint *)(&(v__23))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__24 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
-              condval_14 = (*(uint *)(&(v__24)));
-            }
-            condval_13 = condval_14;
-          }
-        condval_12 = (*(float *)(&(condval_13)));
+        condval_4 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
       } else {
-        condval_12 = 0x0p+0f/*0.000000e+00*/;
+        condval_4 = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_4 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 26112)] = condval_12;
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_4 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 26112)] = condval_4;
     }
   }
   if (64 < K) {
     for (int ax0_ax1_fused_0_5 = 0; ax0_ax1_fused_0_5 < 16; ++ax0_ax1_fused_0_5) {
-      float condval_15;
+      float condval_5;
       if (((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-            float v__25 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
-          uint condval_16;
-          if (((*(uint *)(&(v__25))) & (uint)2139095040) != (uint)2139095040) {
-              float v__26 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
-            condval_16 = (((*(uint *)(&(v__26))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__27 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
-            uint condval_17;
-            if (((*(uint *)(&(v__27))) & (uint)8388607) != (uint)0) {
-                float v__28 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
-              condval_17 = (((*(uint *)(&(v__28))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__29 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
-              condval_17 = (*(uint *)(&(v__29)));
-            }
-            condval_16 = condval_17;
-          }
-        condval_15 = (*(float *)(&(condval_16)));
+        condval_5 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
       } else {
-        condval_15 = 0x0p+0f/*0.000000e+00*/;
+        condval_5 = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_5 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) + 8448)] = condval_15;
+      ((float*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_5 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) + 8448)] = condval_5;
     }
   }
   for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
     __syncthreads();
     for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 16; ++ax0_ax1_fused_0_6) {
-      float condval_18;
+      float condval_6;
       if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) < M) && ((((k_0_0 * 32) + ((int)threadIdx.x)) + 96) < K)) {
-            float v__30 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
-          uint condval_19;
-          if (((*(uint *)(&(v__30))) & (uint)2139095040) != (uint)2139095040) {
-              float v__31 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
-            condval_19 = (((*(uint *)(&(v__31))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__32 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
-            uint condval_20;
-            if (((*(uint *)(&(v__32))) & (uint)8388607) != (uint)0) {
-                float v__33 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
-              condval_20 = (((*(uint *)(&(v__33))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__34 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
-              condval_20 = (*(uint *)(&(v__34)));
-            }
-            condval_19 = condval_20;
-          }
-        condval_18 = (*(float *)(&(condval_19)));
+        condval_6 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
       } else {
-        condval_18 = 0x0p+0f/*0.000000e+00*/;
+        condval_6 = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 3) & 3) * 4608) + (ax0_ax1_fused_0_6 * 288)) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 16896)] = condval_18;
+      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 3) & 3) * 4608) + (ax0_ax1_fused_0_6 * 288)) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 16896)] = condval_6;
     }
     for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 16; ++ax0_ax1_fused_0_7) {
-      float condval_21;
+      float condval_7;
       if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-            float v__35 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
-          uint condval_22;
-          if (((*(uint *)(&(v__35))) & (uint)2139095040) != (uint)2139095040) {
-              float v__36 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
-            condval_22 = (((*(uint *)(&(v__36))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__37 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
-            uint condval_23;
-            if (((*(uint *)(&(v__37))) & (uint)8388607) != (uint)0) {
-                float v__38 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
-              condval_23 = (((*(uint *)(&(v__38))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__39 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
-              condval_23 = (*(uint *)(&(v__39)));
-            }
-            condval_22 = condval_23;
-          }
-        condval_21 = (*(float *)(&(condval_22)));
+        condval_7 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
       } else {
-        condval_21 = 0x0p+0f/*0.000000e+00*/;
+        condval_7 = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 3) & 3) * 4224) + (ax0_ax1_fused_0_7 * 264)) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] = condval_21;
+      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 3) & 3) * 4224) + (ax0_ax1_fused_0_7 * 264)) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] = condval_7;
     }
     __syncthreads();
     for (int k_0_1 = 0; k_0_1 < 4; ++k_0_1) {
       for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
-        a_tf32_pad_shared_dyn_warp_1_ptr[(ax0_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
-        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
-        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
-        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            float v_ = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_8;
+          if (((*(uint *)(&(v_))) & (uint)2139095040) != (uint)2139095040) {
+              float v__1 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_8 = (((*(uint *)(&(v__1))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__2 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_9;
+            if (((*(uint *)(&(v__2))) & (uint)8388607) != (uint)0) {
+                float v__3 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_9 = (((*(uint *)(&(v__3))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__4 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_9 = (*(uint *)(&(v__4)));
+            }
+            condval_8 = condval_9;
+          }
+        a_pad_shared_dyn_warp_1_ptr[(ax0_0 * 4)] = (*(float *)(&(condval_8)));
+            float v__5 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_10;
+          if (((*(uint *)(&(v__5))) & (uint)2139095040) != (uint)2139095040) {
+              float v__6 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_10 = (((*(uint *)(&(v__6))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__7 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_11;
+            if (((*(uint *)(&(v__7))) & (uint)8388607) != (uint)0) {
+                float v__8 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_11 = (((*(uint *)(&(v__8))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__9 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_11 = (*(uint *)(&(v__9)));
+            }
+            condval_10 = condval_11;
+          }
+        a_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 1)] = (*(float *)(&(condval_10)));
+            float v__10 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_12;
+          if (((*(uint *)(&(v__10))) & (uint)2139095040) != (uint)2139095040) {
+              float v__11 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_12 = (((*(uint *)(&(v__11))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__12 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_13;
+            if (((*(uint *)(&(v__12))) & (uint)8388607) != (uint)0) {
+                float v__13 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_13 = (((*(uint *)(&(v__13))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__14 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_13 = (*(uint *)(&(v__14)));
+            }
+            condval_12 = condval_13;
+          }
+        a_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 2)] = (*(float *)(&(condval_12)));
+            float v__15 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_14;
+          if (((*(uint *)(&(v__15))) & (uint)2139095040) != (uint)2139095040) {
+              float v__16 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_14 = (((*(uint *)(&(v__16))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__17 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_15;
+            if (((*(uint *)(&(v__17))) & (uint)8388607) != (uint)0) {
+                float v__18 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_15 = (((*(uint *)(&(v__18))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__19 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_15 = (*(uint *)(&(v__19)));
+            }
+            condval_14 = condval_15;
+          }
+        a_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 3)] = (*(float *)(&(condval_14)));
       }
       for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
-        b_tf32_pad_shared_dyn_warp_1_ptr[(ax1_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            float v__20 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_16;
+          if (((*(uint *)(&(v__20))) & (uint)2139095040) != (uint)2139095040) {
+              float v__21 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_16 = (((*(uint *)(&(v__21))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__22 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_17;
+            if (((*(uint *)(&(v__22))) & (uint)8388607) != (uint)0) {
+                float v__23 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_17 = (((*(uint *)(&(v__23))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__24 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_17 = (*(uint *)(&(v__24)));
+            }
+            condval_16 = condval_17;
+          }
+        b_pad_shared_dyn_warp_1_ptr[(ax1_0 * 4)] = (*(float *)(&(condval_16)));
+            float v__25 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_18;
+          if (((*(uint *)(&(v__25))) & (uint)2139095040) != (uint)2139095040) {
+              float v__26 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_18 = (((*(uint *)(&(v__26))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__27 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_19;
+            if (((*(uint *)(&(v__27))) & (uint)8388607) != (uint)0) {
+                float v__28 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_19 = (((*(uint *)(&(v__28))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__29 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_19 = (*(uint *)(&(v__29)));
+            }
+            condval_18 = condval_19;
+          }
+        b_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 1)] = (*(float *)(&(condval_18)));
+            float v__30 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_20;
+          if (((*(uint *)(&(v__30))) & (uint)2139095040) != (uint)2139095040) {
+              float v__31 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_20 = (((*(uint *)(&(v__31))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__32 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_21;
+            if (((*(uint *)(&(v__32))) & (uint)8388607) != (uint)0) {
+                float v__33 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_21 = (((*(uint *)(&(v__33))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__34 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_21 = (*(uint *)(&(v__34)));
+            }
+            condval_20 = condval_21;
+          }
+        b_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 2)] = (*(float *)(&(condval_20)));
+            float v__35 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_22;
+          if (((*(uint *)(&(v__35))) & (uint)2139095040) != (uint)2139095040) {
+              float v__36 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_22 = (((*(uint *)(&(v__36))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__37 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_23;
+            if (((*(uint *)(&(v__37))) & (uint)8388607) != (uint)0) {
+                float v__38 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_23 = (((*(uint *)(&(v__38))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__39 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_23 = (*(uint *)(&(v__39)));
+            }
+            condval_22 = condval_23;
+          }
+        b_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 3)] = (*(float *)(&(condval_22)));
       }
       for (int m_0_2 = 0; m_0_2 < 4; ++m_0_2) {
         for (int n_0_2 = 0; n_0_2 < 2; ++n_0_2) {
@@ -3588,7 +4299,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr + (n_0_2 * 4)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr + (n_0_2 * 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + (n_0_2 * 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + (n_0_2 * 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
   }
 
   {
@@ -3596,7 +4307,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr + ((n_0_2 * 4) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr + ((n_0_2 * 4) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + ((n_0_2 * 4) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + ((n_0_2 * 4) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
   }
         }
       }
@@ -3605,16 +4316,152 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
   if ((65 <= K) && (65 <= K)) {
     for (int k_0_1_1 = 0; k_0_1_1 < 4; ++k_0_1_1) {
       for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_1 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            float v__40 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_24;
+          if (((*(uint *)(&(v__40))) & (uint)2139095040) != (uint)2139095040) {
+              float v__41 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_24 = (((*(uint *)(&(v__41))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__42 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_25;
+            if (((*(uint *)(&(v__42))) & (uint)8388607) != (uint)0) {
+                float v__43 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_25 = (((*(uint *)(&(v__43))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__44 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_25 = (*(uint *)(&(v__44)));
+            }
+            condval_24 = condval_25;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[(ax0_0_1 * 4)] = (*(float *)(&(condval_24)));
+            float v__45 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_26;
+          if (((*(uint *)(&(v__45))) & (uint)2139095040) != (uint)2139095040) {
+              float v__46 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_26 = (((*(uint *)(&(v__46))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__47 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_27;
+            if (((*(uint *)(&(v__47))) & (uint)8388607) != (uint)0) {
+                float v__48 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_27 = (((*(uint *)(&(v__48))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__49 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_27 = (*(uint *)(&(v__49)));
+            }
+            condval_26 = condval_27;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 1)] = (*(float *)(&(condval_26)));
+            float v__50 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_28;
+          if (((*(uint *)(&(v__50))) & (uint)2139095040) != (uint)2139095040) {
+              float v__51 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_28 = (((*(uint *)(&(v__51))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__52 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_29;
+            if (((*(uint *)(&(v__52))) & (uint)8388607) != (uint)0) {
+                float v__53 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_29 = (((*(uint *)(&(v__53))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__54 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_29 = (*(uint *)(&(v__54)));
+            }
+            condval_28 = condval_29;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 2)] = (*(float *)(&(condval_28)));
+            float v__55 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_30;
+          if (((*(uint *)(&(v__55))) & (uint)2139095040) != (uint)2139095040) {
+              float v__56 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_30 = (((*(uint *)(&(v__56))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__57 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_31;
+            if (((*(uint *)(&(v__57))) & (uint)8388607) != (uint)0) {
+                float v__58 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_31 = (((*(uint *)(&(v__58))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__59 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_31 = (*(uint *)(&(v__59)));
+            }
+            condval_30 = condval_31;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 3)] = (*(float *)(&(condval_30)));
       }
       for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            float v__60 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_32;
+          if (((*(uint *)(&(v__60))) & (uint)2139095040) != (uint)2139095040) {
+              float v__61 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_32 = (((*(uint *)(&(v__61))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__62 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_33;
+            if (((*(uint *)(&(v__62))) & (uint)8388607) != (uint)0) {
+                float v__63 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_33 = (((*(uint *)(&(v__63))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__64 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_33 = (*(uint *)(&(v__64)));
+            }
+            condval_32 = condval_33;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_32)));
+            float v__65 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_34;
+          if (((*(uint *)(&(v__65))) & (uint)2139095040) != (uint)2139095040) {
+              float v__66 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_34 = (((*(uint *)(&(v__66))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__67 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_35;
+            if (((*(uint *)(&(v__67))) & (uint)8388607) != (uint)0) {
+                float v__68 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_35 = (((*(uint *)(&(v__68))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__69 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_35 = (*(uint *)(&(v__69)));
+            }
+            condval_34 = condval_35;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_34)));
+            float v__70 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_36;
+          if (((*(uint *)(&(v__70))) & (uint)2139095040) != (uint)2139095040) {
+              float v__71 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_36 = (((*(uint *)(&(v__71))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__72 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_37;
+            if (((*(uint *)(&(v__72))) & (uint)8388607) != (uint)0) {
+                float v__73 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_37 = (((*(uint *)(&(v__73))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__74 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_37 = (*(uint *)(&(v__74)));
+            }
+            condval_36 = condval_37;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_36)));
+            float v__75 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_38;
+          if (((*(uint *)(&(v__75))) & (uint)2139095040) != (uint)2139095040) {
+              float v__76 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_38 = (((*(uint *)(&(v__76))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__77 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_39;
+            if (((*(uint *)(&(v__77))) & (uint)8388607) != (uint)0) {
+                float v__78 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_39 = (((*(uint *)(&(v__78))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__79 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_39 = (*(uint *)(&(v__79)));
+            }
+            condval_38 = condval_39;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_38)));
       }
       for (int m_0_2_1 = 0; m_0_2_1 < 4; ++m_0_2_1) {
         for (int n_0_2_1 = 0; n_0_2_1 < 2; ++n_0_2_1) {
@@ -3624,7 +4471,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3]));
   }
 
   {
@@ -3632,7 +4479,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3]));
   }
         }
       }
@@ -3641,16 +4488,152 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
   if ((33 <= K) && (33 <= K)) {
     for (int k_0_1_2 = 0; k_0_1_2 < 4; ++k_0_1_2) {
       for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_2 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            float v__80 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_40;
+          if (((*(uint *)(&(v__80))) & (uint)2139095040) != (uint)2139095040) {
+              float v__81 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_40 = (((*(uint *)(&(v__81))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__82 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_41;
+            if (((*(uint *)(&(v__82))) & (uint)8388607) != (uint)0) {
+                float v__83 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_41 = (((*(uint *)(&(v__83))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__84 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_41 = (*(uint *)(&(v__84)));
+            }
+            condval_40 = condval_41;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[(ax0_0_2 * 4)] = (*(float *)(&(condval_40)));
+            float v__85 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_42;
+          if (((*(uint *)(&(v__85))) & (uint)2139095040) != (uint)2139095040) {
+              float v__86 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_42 = (((*(uint *)(&(v__86))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__87 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_43;
+            if (((*(uint *)(&(v__87))) & (uint)8388607) != (uint)0) {
+                float v__88 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_43 = (((*(uint *)(&(v__88))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__89 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_43 = (*(uint *)(&(v__89)));
+            }
+            condval_42 = condval_43;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 1)] = (*(float *)(&(condval_42)));
+            float v__90 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_44;
+          if (((*(uint *)(&(v__90))) & (uint)2139095040) != (uint)2139095040) {
+              float v__91 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_44 = (((*(uint *)(&(v__91))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__92 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_45;
+            if (((*(uint *)(&(v__92))) & (uint)8388607) != (uint)0) {
+                float v__93 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_45 = (((*(uint *)(&(v__93))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__94 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_45 = (*(uint *)(&(v__94)));
+            }
+            condval_44 = condval_45;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 2)] = (*(float *)(&(condval_44)));
+            float v__95 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_46;
+          if (((*(uint *)(&(v__95))) & (uint)2139095040) != (uint)2139095040) {
+              float v__96 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_46 = (((*(uint *)(&(v__96))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__97 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_47;
+            if (((*(uint *)(&(v__97))) & (uint)8388607) != (uint)0) {
+                float v__98 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_47 = (((*(uint *)(&(v__98))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__99 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_47 = (*(uint *)(&(v__99)));
+            }
+            condval_46 = condval_47;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 3)] = (*(float *)(&(condval_46)));
       }
       for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            float v__100 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_48;
+          if (((*(uint *)(&(v__100))) & (uint)2139095040) != (uint)2139095040) {
+              float v__101 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_48 = (((*(uint *)(&(v__101))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__102 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_49;
+            if (((*(uint *)(&(v__102))) & (uint)8388607) != (uint)0) {
+                float v__103 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_49 = (((*(uint *)(&(v__103))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__104 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_49 = (*(uint *)(&(v__104)));
+            }
+            condval_48 = condval_49;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_48)));
+            float v__105 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_50;
+          if (((*(uint *)(&(v__105))) & (uint)2139095040) != (uint)2139095040) {
+              float v__106 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_50 = (((*(uint *)(&(v__106))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__107 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_51;
+            if (((*(uint *)(&(v__107))) & (uint)8388607) != (uint)0) {
+                float v__108 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_51 = (((*(uint *)(&(v__108))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__109 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_51 = (*(uint *)(&(v__109)));
+            }
+            condval_50 = condval_51;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_50)));
+            float v__110 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_52;
+          if (((*(uint *)(&(v__110))) & (uint)2139095040) != (uint)2139095040) {
+              float v__111 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_52 = (((*(uint *)(&(v__111))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__112 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_53;
+            if (((*(uint *)(&(v__112))) & (uint)8388607) != (uint)0) {
+                float v__113 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_53 = (((*(uint *)(&(v__113))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__114 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_53 = (*(uint *)(&(v__114)));
+            }
+            condval_52 = condval_53;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_52)));
+            float v__115 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_54;
+          if (((*(uint *)(&(v__115))) & (uint)2139095040) != (uint)2139095040) {
+              float v__116 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_54 = (((*(uint *)(&(v__116))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__117 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_55;
+            if (((*(uint *)(&(v__117))) & (uint)8388607) != (uint)0) {
+                float v__118 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_55 = (((*(uint *)(&(v__118))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__119 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_55 = (*(uint *)(&(v__119)));
+            }
+            condval_54 = condval_55;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_54)));
       }
       for (int m_0_2_2 = 0; m_0_2_2 < 4; ++m_0_2_2) {
         for (int n_0_2_2 = 0; n_0_2_2 < 2; ++n_0_2_2) {
@@ -3660,7 +4643,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3]));
   }
 
   {
@@ -3668,7 +4651,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3]));
   }
         }
       }
@@ -3677,16 +4660,152 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
   if ((1 <= K) && (1 <= K)) {
     for (int k_0_1_3 = 0; k_0_1_3 < 4; ++k_0_1_3) {
       for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_3 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            float v__120 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_56;
+          if (((*(uint *)(&(v__120))) & (uint)2139095040) != (uint)2139095040) {
+              float v__121 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_56 = (((*(uint *)(&(v__121))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__122 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_57;
+            if (((*(uint *)(&(v__122))) & (uint)8388607) != (uint)0) {
+                float v__123 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_57 = (((*(uint *)(&(v__123))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__124 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_57 = (*(uint *)(&(v__124)));
+            }
+            condval_56 = condval_57;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[(ax0_0_3 * 4)] = (*(float *)(&(condval_56)));
+            float v__125 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_58;
+          if (((*(uint *)(&(v__125))) & (uint)2139095040) != (uint)2139095040) {
+              float v__126 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_58 = (((*(uint *)(&(v__126))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__127 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_59;
+            if (((*(uint *)(&(v__127))) & (uint)8388607) != (uint)0) {
+                float v__128 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_59 = (((*(uint *)(&(v__128))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__129 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_59 = (*(uint *)(&(v__129)));
+            }
+            condval_58 = condval_59;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 1)] = (*(float *)(&(condval_58)));
+            float v__130 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_60;
+          if (((*(uint *)(&(v__130))) & (uint)2139095040) != (uint)2139095040) {
+              float v__131 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_60 = (((*(uint *)(&(v__131))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__132 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_61;
+            if (((*(uint *)(&(v__132))) & (uint)8388607) != (uint)0) {
+                float v__133 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_61 = (((*(uint *)(&(v__133))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__134 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_61 = (*(uint *)(&(v__134)));
+            }
+            condval_60 = condval_61;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 2)] = (*(float *)(&(condval_60)));
+            float v__135 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_62;
+          if (((*(uint *)(&(v__135))) & (uint)2139095040) != (uint)2139095040) {
+              float v__136 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_62 = (((*(uint *)(&(v__136))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__137 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_63;
+            if (((*(uint *)(&(v__137))) & (uint)8388607) != (uint)0) {
+                float v__138 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_63 = (((*(uint *)(&(v__138))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__139 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_63 = (*(uint *)(&(v__139)));
+            }
+            condval_62 = condval_63;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 3)] = (*(float *)(&(condval_62)));
       }
       for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            float v__140 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_64;
+          if (((*(uint *)(&(v__140))) & (uint)2139095040) != (uint)2139095040) {
+              float v__141 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_64 = (((*(uint *)(&(v__141))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__142 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_65;
+            if (((*(uint *)(&(v__142))) & (uint)8388607) != (uint)0) {
+                float v__143 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_65 = (((*(uint *)(&(v__143))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__144 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_65 = (*(uint *)(&(v__144)));
+            }
+            condval_64 = condval_65;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_64)));
+            float v__145 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_66;
+          if (((*(uint *)(&(v__145))) & (uint)2139095040) != (uint)2139095040) {
+              float v__146 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_66 = (((*(uint *)(&(v__146))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__147 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_67;
+            if (((*(uint *)(&(v__147))) & (uint)8388607) != (uint)0) {
+                float v__148 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_67 = (((*(uint *)(&(v__148))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__149 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_67 = (*(uint *)(&(v__149)));
+            }
+            condval_66 = condval_67;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_66)));
+            float v__150 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_68;
+          if (((*(uint *)(&(v__150))) & (uint)2139095040) != (uint)2139095040) {
+              float v__151 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_68 = (((*(uint *)(&(v__151))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__152 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_69;
+            if (((*(uint *)(&(v__152))) & (uint)8388607) != (uint)0) {
+                float v__153 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_69 = (((*(uint *)(&(v__153))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__154 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_69 = (*(uint *)(&(v__154)));
+            }
+            condval_68 = condval_69;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_68)));
+            float v__155 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_70;
+          if (((*(uint *)(&(v__155))) & (uint)2139095040) != (uint)2139095040) {
+              float v__156 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_70 = (((*(uint *)(&(v__156))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__157 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_71;
+            if (((*(uint *)(&(v__157))) & (uint)8388607) != (uint)0) {
+                float v__158 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_71 = (((*(uint *)(&(v__158))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__159 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_71 = (*(uint *)(&(v__159)));
+            }
+            condval_70 = condval_71;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_70)));
       }
       for (int m_0_2_3 = 0; m_0_2_3 < 4; ++m_0_2_3) {
         for (int n_0_2_3 = 0; n_0_2_3 < 2; ++n_0_2_3) {
@@ -3696,7 +4815,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3]));
   }
 
   {
@@ -3704,7 +4823,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3]));
   }
         }
       }
@@ -3734,10 +4853,10 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
 extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias_kernel(float* __restrict__ a_v_ptr, float* __restrict__ addend_ptr, float* __restrict__ b_v_ptr, float* __restrict__ bias_ptr, float* __restrict__ c_v_ptr, int K, int M, int N, int a_s0, int addend_s0, int b_s0) {
   extern __shared__ __align__(64) uchar buf_dyn_shmem_ptr[];
   alignas(64) float acc_pad_shared_dyn_warp_ptr[64];
-  alignas(64) float a_tf32_pad_shared_dyn_warp_ptr[16];
-  alignas(64) float b_tf32_pad_shared_dyn_warp_ptr[8];
-  alignas(64) float a_tf32_pad_shared_dyn_warp_ptr_1[16];
-  alignas(64) float b_tf32_pad_shared_dyn_warp_ptr_1[256];
+  alignas(64) float a_pad_shared_dyn_warp_ptr[16];
+  alignas(64) float b_pad_shared_dyn_warp_ptr[8];
+  alignas(64) float a_pad_shared_dyn_warp_ptr_1[16];
+  alignas(64) float b_pad_shared_dyn_warp_ptr_1[256];
   for (int m_0_2_init = 0; m_0_2_init < 4; ++m_0_2_init) {
     for (int n_0_2_init = 0; n_0_2_init < 2; ++n_0_2_init) {
       acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8))] = 0x0p+0f/*0.000000e+00*/;
@@ -3752,647 +4871,190 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
   }
   if (0 < K) {
     for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 4; ++ax0_ax1_fused_0) {
-      float4 condval;
-      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < 0)) {
-          uint4 __1;
-          ushort4 __2;
-            uint4 __3;
-                float4 v_ = *(float4*)(a_v_ptr + (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)));
-              uint4 v__1 = *(uint4 *)(&(v_));
-              uint4 v__2 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-              __3.x = (v__1.x&v__2.x);
-              __3.y = (v__1.y&v__2.y);
-              __3.z = (v__1.z&v__2.z);
-              __3.w = (v__1.w&v__2.w);
-            uint4 v__3 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-            __2.x = (__3.x!=v__3.x);
-            __2.y = (__3.y!=v__3.y);
-            __2.z = (__3.z!=v__3.z);
-            __2.w = (__3.w!=v__3.w);
-          uint4 __4;
-            uint4 __5;
-                float4 v__4 = *(float4*)(a_v_ptr + (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)));
-              uint4 v__5 = *(uint4 *)(&(v__4));
-              uint4 v__6 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
-              __5.x = (v__5.x+v__6.x);
-              __5.y = (v__5.y+v__6.y);
-              __5.z = (v__5.z+v__6.z);
-              __5.w = (v__5.w+v__6.w);
-            uint4 v__7 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __4.x = (__5.x&v__7.x);
-            __4.y = (__5.y&v__7.y);
-            __4.z = (__5.z&v__7.z);
-            __4.w = (__5.w&v__7.w);
-          uint4 __6;
-          ushort4 __7;
-            uint4 __8;
-                float4 v__8 = *(float4*)(a_v_ptr + (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)));
-              uint4 v__9 = *(uint4 *)(&(v__8));
-              uint4 v__10 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
-              __8.x = (v__9.x&v__10.x);
-              __8.y = (v__9.y&v__10.y);
-              __8.z = (v__9.z&v__10.z);
-              __8.w = (v__9.w&v__10.w);
-            uint4 v__11 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
-            __7.x = (__8.x!=v__11.x);
-            __7.y = (__8.y!=v__11.y);
-            __7.z = (__8.z!=v__11.z);
-            __7.w = (__8.w!=v__11.w);
-          uint4 __9;
-            uint4 __10;
-                float4 v__12 = *(float4*)(a_v_ptr + (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)));
-              uint4 v__13 = *(uint4 *)(&(v__12));
-              uint4 v__14 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
-              __10.x = (v__13.x|v__14.x);
-              __10.y = (v__13.y|v__14.y);
-              __10.z = (v__13.z|v__14.z);
-              __10.w = (v__13.w|v__14.w);
-            uint4 v__15 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __9.x = (__10.x&v__15.x);
-            __9.y = (__10.y&v__15.y);
-            __9.z = (__10.z&v__15.z);
-            __9.w = (__10.w&v__15.w);
-            float4 v__16 = *(float4*)(a_v_ptr + (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)));
-          uint4 v__17 = *(uint4 *)(&(v__16));
-          __6.x = (bool(__7.x)?__9.x:v__17.x);
-          __6.y = (bool(__7.y)?__9.y:v__17.y);
-          __6.z = (bool(__7.z)?__9.z:v__17.z);
-          __6.w = (bool(__7.w)?__9.w:v__17.w);
-          __1.x = (bool(__2.x)?__4.x:__6.x);
-          __1.y = (bool(__2.y)?__4.y:__6.y);
-          __1.z = (bool(__2.z)?__4.z:__6.z);
-          __1.w = (bool(__2.w)?__4.w:__6.w);
-        condval = (*(float4 *)(&(__1)));
-      } else {
-        condval = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-      }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 16896)) = condval;
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 16896), a_v_ptr, (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < 0)));
     }
-  }
-  if (0 < K) {
     for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 4; ++ax0_ax1_fused_0_1) {
-      float4 condval_1;
-      if ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
-          uint4 __11;
-          ushort4 __12;
-            uint4 __13;
-                float4 v__18 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)));
-              uint4 v__19 = *(uint4 *)(&(v__18));
-              uint4 v__20 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-              __13.x = (v__19.x&v__20.x);
-              __13.y = (v__19.y&v__20.y);
-              __13.z = (v__19.z&v__20.z);
-              __13.w = (v__19.w&v__20.w);
-            uint4 v__21 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-            __12.x = (__13.x!=v__21.x);
-            __12.y = (__13.y!=v__21.y);
-            __12.z = (__13.z!=v__21.z);
-            __12.w = (__13.w!=v__21.w);
-          uint4 __14;
-            uint4 __15;
-                float4 v__22 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)));
-              uint4 v__23 = *(uint4 *)(&(v__22));
-              uint4 v__24 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
-              __15.x = (v__23.x+v__24.x);
-              __15.y = (v__23.y+v__24.y);
-              __15.z = (v__23.z+v__24.z);
-              __15.w = (v__23.w+v__24.w);
-            uint4 v__25 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __14.x = (__15.x&v__25.x);
-            __14.y = (__15.y&v__25.y);
-            __14.z = (__15.z&v__25.z);
-            __14.w = (__15.w&v__25.w);
-          uint4 __16;
-          ushort4 __17;
-            uint4 __18;
-                float4 v__26 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)));
-              uint4 v__27 = *(uint4 *)(&(v__26));
-              uint4 v__28 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
-              __18.x = (v__27.x&v__28.x);
-              __18.y = (v__27.y&v__28.y);
-              __18.z = (v__27.z&v__28.z);
-              __18.w = (v__27.w&v__28.w);
-            uint4 v__29 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
-            __17.x = (__18.x!=v__29.x);
-            __17.y = (__18.y!=v__29.y);
-            __17.z = (__18.z!=v__29.z);
-            __17.w = (__18.w!=v__29.w);
-          uint4 __19;
-            uint4 __20;
-                float4 v__30 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)));
-              uint4 v__31 = *(uint4 *)(&(v__30));
-              uint4 v__32 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
-              __20.x = (v__31.x|v__32.x);
-              __20.y = (v__31.y|v__32.y);
-              __20.z = (v__31.z|v__32.z);
-              __20.w = (v__31.w|v__32.w);
-            uint4 v__33 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __19.x = (__20.x&v__33.x);
-            __19.y = (__20.y&v__33.y);
-            __19.z = (__20.z&v__33.z);
-            __19.w = (__20.w&v__33.w);
-            float4 v__34 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)));
-          uint4 v__35 = *(uint4 *)(&(v__34));
-          __16.x = (bool(__17.x)?__19.x:v__35.x);
-          __16.y = (bool(__17.y)?__19.y:v__35.y);
-          __16.z = (bool(__17.z)?__19.z:v__35.z);
-          __16.w = (bool(__17.w)?__19.w:v__35.w);
-          __11.x = (bool(__12.x)?__14.x:__16.x);
-          __11.y = (bool(__12.y)?__14.y:__16.y);
-          __11.z = (bool(__12.z)?__14.z:__16.z);
-          __11.w = (bool(__12.w)?__14.w:__16.w);
-        condval_1 = (*(float4 *)(&(__11)));
-      } else {
-        condval_1 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-      }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((ax0_ax1_fused_0_1 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4))) = condval_1;
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, (((ax0_ax1_fused_0_1 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)), ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)));
     }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
   }
   if (32 < K) {
     for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 4; ++ax0_ax1_fused_0_2) {
-      float4 condval_2;
-      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < -8)) {
-          uint4 __21;
-          ushort4 __22;
-            uint4 __23;
-                float4 v__36 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32));
-              uint4 v__37 = *(uint4 *)(&(v__36));
-              uint4 v__38 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-              __23.x = (v__37.x&v__38.x);
-              __23.y = (v__37.y&v__38.y);
-              __23.z = (v__37.z&v__38.z);
-              __23.w = (v__37.w&v__38.w);
-            uint4 v__39 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-            __22.x = (__23.x!=v__39.x);
-            __22.y = (__23.y!=v__39.y);
-            __22.z = (__23.z!=v__39.z);
-            __22.w = (__23.w!=v__39.w);
-          uint4 __24;
-            uint4 __25;
-                float4 v__40 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32));
-              uint4 v__41 = *(uint4 *)(&(v__40));
-              uint4 v__42 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
-              __25.x = (v__41.x+v__42.x);
-              __25.y = (v__41.y+v__42.y);
-              __25.z = (v__41.z+v__42.z);
-              __25.w = (v__41.w+v__42.w);
-            uint4 v__43 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __24.x = (__25.x&v__43.x);
-            __24.y = (__25.y&v__43.y);
-            __24.z = (__25.z&v__43.z);
-            __24.w = (__25.w&v__43.w);
-          uint4 __26;
-          ushort4 __27;
-            uint4 __28;
-                float4 v__44 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32));
-              uint4 v__45 = *(uint4 *)(&(v__44));
-              uint4 v__46 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
-              __28.x = (v__45.x&v__46.x);
-              __28.y = (v__45.y&v__46.y);
-              __28.z = (v__45.z&v__46.z);
-              __28.w = (v__45.w&v__46.w);
-            uint4 v__47 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
-            __27.x = (__28.x!=v__47.x);
-            __27.y = (__28.y!=v__47.y);
-            __27.z = (__28.z!=v__47.z);
-            __27.w = (__28.w!=v__47.w);
-          uint4 __29;
-            uint4 __30;
-                float4 v__48 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32));
-              uint4 v__49 = *(uint4 *)(&(v__48));
-              uint4 v__50 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
-              __30.x = (v__49.x|v__50.x);
-              __30.y = (v__49.y|v__50.y);
-              __30.z = (v__49.z|v__50.z);
-              __30.w = (v__49.w|v__50.w);
-            uint4 v__51 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __29.x = (__30.x&v__51.x);
-            __29.y = (__30.y&v__51.y);
-            __29.z = (__30.z&v__51.z);
-            __29.w = (__30.w&v__51.w);
-            float4 v__52 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32));
-          uint4 v__53 = *(uint4 *)(&(v__52));
-          __26.x = (bool(__27.x)?__29.x:v__53.x);
-          __26.y = (bool(__27.y)?__29.y:v__53.y);
-          __26.z = (bool(__27.z)?__29.z:v__53.z);
-          __26.w = (bool(__27.w)?__29.w:v__53.w);
-          __21.x = (bool(__22.x)?__24.x:__26.x);
-          __21.y = (bool(__22.y)?__24.y:__26.y);
-          __21.z = (bool(__22.z)?__24.z:__26.z);
-          __21.w = (bool(__22.w)?__24.w:__26.w);
-        condval_2 = (*(float4 *)(&(__21)));
-      } else {
-        condval_2 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-      }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0_2 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 21504)) = condval_2;
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_2 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 21504), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < -8)));
     }
-  }
-  if (32 < K) {
     for (int ax0_ax1_fused_0_3 = 0; ax0_ax1_fused_0_3 < 4; ++ax0_ax1_fused_0_3) {
-      float4 condval_3;
-      if (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
-          uint4 __31;
-          ushort4 __32;
-            uint4 __33;
-                float4 v__54 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)));
-              uint4 v__55 = *(uint4 *)(&(v__54));
-              uint4 v__56 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-              __33.x = (v__55.x&v__56.x);
-              __33.y = (v__55.y&v__56.y);
-              __33.z = (v__55.z&v__56.z);
-              __33.w = (v__55.w&v__56.w);
-            uint4 v__57 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-            __32.x = (__33.x!=v__57.x);
-            __32.y = (__33.y!=v__57.y);
-            __32.z = (__33.z!=v__57.z);
-            __32.w = (__33.w!=v__57.w);
-          uint4 __34;
-            uint4 __35;
-                float4 v__58 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)));
-              uint4 v__59 = *(uint4 *)(&(v__58));
-              uint4 v__60 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
-              __35.x = (v__59.x+v__60.x);
-              __35.y = (v__59.y+v__60.y);
-              __35.z = (v__59.z+v__60.z);
-              __35.w = (v__59.w+v__60.w);
-            uint4 v__61 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __34.x = (__35.x&v__61.x);
-            __34.y = (__35.y&v__61.y);
-            __34.z = (__35.z&v__61.z);
-            __34.w = (__35.w&v__61.w);
-          uint4 __36;
-          ushort4 __37;
-            uint4 __38;
-                float4 v__62 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)));
-              uint4 v__63 = *(uint4 *)(&(v__62));
-              uint4 v__64 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
-              __38.x = (v__63.x&v__64.x);
-              __38.y = (v__63.y&v__64.y);
-              __38.z = (v__63.z&v__64.z);
-              __38.w = (v__63.w&v__64.w);
-            uint4 v__65 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
-            __37.x = (__38.x!=v__65.x);
-            __37.y = (__38.y!=v__65.y);
-            __37.z = (__38.z!=v__65.z);
-            __37.w = (__38.w!=v__65.w);
-          uint4 __39;
-            uint4 __40;
-                float4 v__66 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)));
-              uint4 v__67 = *(uint4 *)(&(v__66));
-              uint4 v__68 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
-              __40.x = (v__67.x|v__68.x);
-              __40.y = (v__67.y|v__68.y);
-              __40.z = (v__67.z|v__68.z);
-              __40.w = (v__67.w|v__68.w);
-            uint4 v__69 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __39.x = (__40.x&v__69.x);
-            __39.y = (__40.y&v__69.y);
-            __39.z = (__40.z&v__69.z);
-            __39.w = (__40.w&v__69.w);
-            float4 v__70 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)));
-          uint4 v__71 = *(uint4 *)(&(v__70));
-          __36.x = (bool(__37.x)?__39.x:v__71.x);
-          __36.y = (bool(__37.y)?__39.y:v__71.y);
-          __36.z = (bool(__37.z)?__39.z:v__71.z);
-          __36.w = (bool(__37.w)?__39.w:v__71.w);
-          __31.x = (bool(__32.x)?__34.x:__36.x);
-          __31.y = (bool(__32.y)?__34.y:__36.y);
-          __31.z = (bool(__32.z)?__34.z:__36.z);
-          __31.w = (bool(__32.w)?__34.w:__36.w);
-        condval_3 = (*(float4 *)(&(__31)));
-      } else {
-        condval_3 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-      }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((ax0_ax1_fused_0_3 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)) + 4224)) = condval_3;
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, ((((ax0_ax1_fused_0_3 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)) + 4224), b_v_ptr, (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)), (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)));
     }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
   }
   if (64 < K) {
     for (int ax0_ax1_fused_0_4 = 0; ax0_ax1_fused_0_4 < 4; ++ax0_ax1_fused_0_4) {
-      float4 condval_4;
-      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < -16)) {
-          uint4 __41;
-          ushort4 __42;
-            uint4 __43;
-                float4 v__72 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64));
-              uint4 v__73 = *(uint4 *)(&(v__72));
-              uint4 v__74 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-              __43.x = (v__73.x&v__74.x);
-              __43.y = (v__73.y&v__74.y);
-              __43.z = (v__73.z&v__74.z);
-              __43.w = (v__73.w&v__74.w);
-            uint4 v__75 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-            __42.x = (__43.x!=v__75.x);
-            __42.y = (__43.y!=v__75.y);
-            __42.z = (__43.z!=v__75.z);
-            __42.w = (__43.w!=v__75.w);
-          uint4 __44;
-            uint4 __45;
-                float4 v__76 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64));
-              uint4 v__77 = *(uint4 *)(&(v__76));
-              uint4 v__78 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
-              __45.x = (v__77.x+v__78.x);
-              __45.y = (v__77.y+v__78.y);
-              __45.z = (v__77.z+v__78.z);
-              __45.w = (v__77.w+v__78.w);
-            uint4 v__79 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __44.x = (__45.x&v__79.x);
-            __44.y = (__45.y&v__79.y);
-            __44.z = (__45.z&v__79.z);
-            __44.w = (__45.w&v__79.w);
-          uint4 __46;
-          ushort4 __47;
-            uint4 __48;
-                float4 v__80 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64));
-              uint4 v__81 = *(uint4 *)(&(v__80));
-              uint4 v__82 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
-              __48.x = (v__81.x&v__82.x);
-              __48.y = (v__81.y&v__82.y);
-              __48.z = (v__81.z&v__82.z);
-              __48.w = (v__81.w&v__82.w);
-            uint4 v__83 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
-            __47.x = (__48.x!=v__83.x);
-            __47.y = (__48.y!=v__83.y);
-            __47.z = (__48.z!=v__83.z);
-            __47.w = (__48.w!=v__83.w);
-          uint4 __49;
-            uint4 __50;
-                float4 v__84 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64));
-              uint4 v__85 = *(uint4 *)(&(v__84));
-              uint4 v__86 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
-              __50.x = (v__85.x|v__86.x);
-              __50.y = (v__85.y|v__86.y);
-              __50.z = (v__85.z|v__86.z);
-              __50.w = (v__85.w|v__86.w);
-            uint4 v__87 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __49.x = (__50.x&v__87.x);
-            __49.y = (__50.y&v__87.y);
-            __49.z = (__50.z&v__87.z);
-            __49.w = (__50.w&v__87.w);
-            float4 v__88 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64));
-          uint4 v__89 = *(uint4 *)(&(v__88));
-          __46.x = (bool(__47.x)?__49.x:v__89.x);
-          __46.y = (bool(__47.y)?__49.y:v__89.y);
-          __46.z = (bool(__47.z)?__49.z:v__89.z);
-          __46.w = (bool(__47.w)?__49.w:v__89.w);
-          __41.x = (bool(__42.x)?__44.x:__46.x);
-          __41.y = (bool(__42.y)?__44.y:__46.y);
-          __41.z = (bool(__42.z)?__44.z:__46.z);
-          __41.w = (bool(__42.w)?__44.w:__46.w);
-        condval_4 = (*(float4 *)(&(__41)));
-      } else {
-        condval_4 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-      }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0_4 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 26112)) = condval_4;
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_4 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 26112), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < -16)));
     }
-  }
-  if (64 < K) {
     for (int ax0_ax1_fused_0_5 = 0; ax0_ax1_fused_0_5 < 4; ++ax0_ax1_fused_0_5) {
-      float4 condval_5;
-      if (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
-          uint4 __51;
-          ushort4 __52;
-            uint4 __53;
-                float4 v__90 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)));
-              uint4 v__91 = *(uint4 *)(&(v__90));
-              uint4 v__92 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-              __53.x = (v__91.x&v__92.x);
-              __53.y = (v__91.y&v__92.y);
-              __53.z = (v__91.z&v__92.z);
-              __53.w = (v__91.w&v__92.w);
-            uint4 v__93 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-            __52.x = (__53.x!=v__93.x);
-            __52.y = (__53.y!=v__93.y);
-            __52.z = (__53.z!=v__93.z);
-            __52.w = (__53.w!=v__93.w);
-          uint4 __54;
-            uint4 __55;
-                float4 v__94 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)));
-              uint4 v__95 = *(uint4 *)(&(v__94));
-              uint4 v__96 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
-              __55.x = (v__95.x+v__96.x);
-              __55.y = (v__95.y+v__96.y);
-              __55.z = (v__95.z+v__96.z);
-              __55.w = (v__95.w+v__96.w);
-            uint4 v__97 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __54.x = (__55.x&v__97.x);
-            __54.y = (__55.y&v__97.y);
-            __54.z = (__55.z&v__97.z);
-            __54.w = (__55.w&v__97.w);
-          uint4 __56;
-          ushort4 __57;
-            uint4 __58;
-                float4 v__98 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)));
-              uint4 v__99 = *(uint4 *)(&(v__98));
-              uint4 v__100 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
-              __58.x = (v__99.x&v__100.x);
-              __58.y = (v__99.y&v__100.y);
-              __58.z = (v__99.z&v__100.z);
-              __58.w = (v__99.w&v__100.w);
-            uint4 v__101 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
-            __57.x = (__58.x!=v__101.x);
-            __57.y = (__58.y!=v__101.y);
-            __57.z = (__58.z!=v__101.z);
-            __57.w = (__58.w!=v__101.w);
-          uint4 __59;
-            uint4 __60;
-                float4 v__102 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)));
-              uint4 v__103 = *(uint4 *)(&(v__102));
-              uint4 v__104 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
-              __60.x = (v__103.x|v__104.x);
-              __60.y = (v__103.y|v__104.y);
-              __60.z = (v__103.z|v__104.z);
-              __60.w = (v__103.w|v__104.w);
-            uint4 v__105 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __59.x = (__60.x&v__105.x);
-            __59.y = (__60.y&v__105.y);
-            __59.z = (__60.z&v__105.z);
-            __59.w = (__60.w&v__105.w);
-            float4 v__106 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)));
-          uint4 v__107 = *(uint4 *)(&(v__106));
-          __56.x = (bool(__57.x)?__59.x:v__107.x);
-          __56.y = (bool(__57.y)?__59.y:v__107.y);
-          __56.z = (bool(__57.z)?__59.z:v__107.z);
-          __56.w = (bool(__57.w)?__59.w:v__107.w);
-          __51.x = (bool(__52.x)?__54.x:__56.x);
-          __51.y = (bool(__52.y)?__54.y:__56.y);
-          __51.z = (bool(__52.z)?__54.z:__56.z);
-          __51.w = (bool(__52.w)?__54.w:__56.w);
-        condval_5 = (*(float4 *)(&(__51)));
-      } else {
-        condval_5 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-      }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((ax0_ax1_fused_0_5 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)) + 8448)) = condval_5;
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, ((((ax0_ax1_fused_0_5 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)) + 8448), b_v_ptr, (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)), (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)));
     }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
   }
   for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
     __syncthreads();
     for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 4; ++ax0_ax1_fused_0_6) {
-      float4 condval_6;
-      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && ((((k_0_0 * 8) + (((int)threadIdx.x) & 7)) - (K >> 2)) < -24)) {
-          uint4 __61;
-          ushort4 __62;
-            uint4 __63;
-                float4 v__108 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96));
-              uint4 v__109 = *(uint4 *)(&(v__108));
-              uint4 v__110 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-              __63.x = (v__109.x&v__110.x);
-              __63.y = (v__109.y&v__110.y);
-              __63.z = (v__109.z&v__110.z);
-              __63.w = (v__109.w&v__110.w);
-            uint4 v__111 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-            __62.x = (__63.x!=v__111.x);
-            __62.y = (__63.y!=v__111.y);
-            __62.z = (__63.z!=v__111.z);
-            __62.w = (__63.w!=v__111.w);
-          uint4 __64;
-            uint4 __65;
-                float4 v__112 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96));
-              uint4 v__113 = *(uint4 *)(&(v__112));
-              uint4 v__114 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
-              __65.x = (v__113.x+v__114.x);
-              __65.y = (v__113.y+v__114.y);
-              __65.z = (v__113.z+v__114.z);
-              __65.w = (v__113.w+v__114.w);
-            uint4 v__115 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __64.x = (__65.x&v__115.x);
-            __64.y = (__65.y&v__115.y);
-            __64.z = (__65.z&v__115.z);
-            __64.w = (__65.w&v__115.w);
-          uint4 __66;
-          ushort4 __67;
-            uint4 __68;
-                float4 v__116 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96));
-              uint4 v__117 = *(uint4 *)(&(v__116));
-              uint4 v__118 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
-              __68.x = (v__117.x&v__118.x);
-              __68.y = (v__117.y&v__118.y);
-              __68.z = (v__117.z&v__118.z);
-              __68.w = (v__117.w&v__118.w);
-            uint4 v__119 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
-            __67.x = (__68.x!=v__119.x);
-            __67.y = (__68.y!=v__119.y);
-            __67.z = (__68.z!=v__119.z);
-            __67.w = (__68.w!=v__119.w);
-          uint4 __69;
-            uint4 __70;
-                float4 v__120 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96));
-              uint4 v__121 = *(uint4 *)(&(v__120));
-              uint4 v__122 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
-              __70.x = (v__121.x|v__122.x);
-              __70.y = (v__121.y|v__122.y);
-              __70.z = (v__121.z|v__122.z);
-              __70.w = (v__121.w|v__122.w);
-            uint4 v__123 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __69.x = (__70.x&v__123.x);
-            __69.y = (__70.y&v__123.y);
-            __69.z = (__70.z&v__123.z);
-            __69.w = (__70.w&v__123.w);
-            float4 v__124 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96));
-          uint4 v__125 = *(uint4 *)(&(v__124));
-          __66.x = (bool(__67.x)?__69.x:v__125.x);
-          __66.y = (bool(__67.y)?__69.y:v__125.y);
-          __66.z = (bool(__67.z)?__69.z:v__125.z);
-          __66.w = (bool(__67.w)?__69.w:v__125.w);
-          __61.x = (bool(__62.x)?__64.x:__66.x);
-          __61.y = (bool(__62.y)?__64.y:__66.y);
-          __61.z = (bool(__62.z)?__64.z:__66.z);
-          __61.w = (bool(__62.w)?__64.w:__66.w);
-        condval_6 = (*(float4 *)(&(__61)));
-      } else {
-        condval_6 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-      }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((((((k_0_0 + 3) & 3) * 4608) + (ax0_ax1_fused_0_6 * 1152)) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 16896)) = condval_6;
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, ((((((((k_0_0 + 3) & 3) * 4608) + (ax0_ax1_fused_0_6 * 1152)) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 16896), a_v_ptr, ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && ((((k_0_0 * 8) + (((int)threadIdx.x) & 7)) - (K >> 2)) < -24)));
     }
     for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 4; ++ax0_ax1_fused_0_7) {
-      float4 condval_7;
-      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
-          uint4 __71;
-          ushort4 __72;
-            uint4 __73;
-                float4 v__126 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
-              uint4 v__127 = *(uint4 *)(&(v__126));
-              uint4 v__128 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-              __73.x = (v__127.x&v__128.x);
-              __73.y = (v__127.y&v__128.y);
-              __73.z = (v__127.z&v__128.z);
-              __73.w = (v__127.w&v__128.w);
-            uint4 v__129 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-            __72.x = (__73.x!=v__129.x);
-            __72.y = (__73.y!=v__129.y);
-            __72.z = (__73.z!=v__129.z);
-            __72.w = (__73.w!=v__129.w);
-          uint4 __74;
-            uint4 __75;
-                float4 v__130 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
-              uint4 v__131 = *(uint4 *)(&(v__130));
-              uint4 v__132 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
-              __75.x = (v__131.x+v__132.x);
-              __75.y = (v__131.y+v__132.y);
-              __75.z = (v__131.z+v__132.z);
-              __75.w = (v__131.w+v__132.w);
-            uint4 v__133 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __74.x = (__75.x&v__133.x);
-            __74.y = (__75.y&v__133.y);
-            __74.z = (__75.z&v__133.z);
-            __74.w = (__75.w&v__133.w);
-          uint4 __76;
-          ushort4 __77;
-            uint4 __78;
-                float4 v__134 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
-              uint4 v__135 = *(uint4 *)(&(v__134));
-              uint4 v__136 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
-              __78.x = (v__135.x&v__136.x);
-              __78.y = (v__135.y&v__136.y);
-              __78.z = (v__135.z&v__136.z);
-              __78.w = (v__135.w&v__136.w);
-            uint4 v__137 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
-            __77.x = (__78.x!=v__137.x);
-            __77.y = (__78.y!=v__137.y);
-            __77.z = (__78.z!=v__137.z);
-            __77.w = (__78.w!=v__137.w);
-          uint4 __79;
-            uint4 __80;
-                float4 v__138 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
-              uint4 v__139 = *(uint4 *)(&(v__138));
-              uint4 v__140 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
-              __80.x = (v__139.x|v__140.x);
-              __80.y = (v__139.y|v__140.y);
-              __80.z = (v__139.z|v__140.z);
-              __80.w = (v__139.w|v__140.w);
-            uint4 v__141 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __79.x = (__80.x&v__141.x);
-            __79.y = (__80.y&v__141.y);
-            __79.z = (__80.z&v__141.z);
-            __79.w = (__80.w&v__141.w);
-            float4 v__142 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
-          uint4 v__143 = *(uint4 *)(&(v__142));
-          __76.x = (bool(__77.x)?__79.x:v__143.x);
-          __76.y = (bool(__77.y)?__79.y:v__143.y);
-          __76.z = (bool(__77.z)?__79.z:v__143.z);
-          __76.w = (bool(__77.w)?__79.w:v__143.w);
-          __71.x = (bool(__72.x)?__74.x:__76.x);
-          __71.y = (bool(__72.y)?__74.y:__76.y);
-          __71.z = (bool(__72.z)?__74.z:__76.z);
-          __71.w = (bool(__72.w)?__74.w:__76.w);
-        condval_7 = (*(float4 *)(&(__71)));
-      } else {
-        condval_7 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-      }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((((k_0_0 + 3) & 3) * 4224) + (ax0_ax1_fused_0_7 * 1056)) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4))) = condval_7;
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, ((((((k_0_0 + 3) & 3) * 4224) + (ax0_ax1_fused_0_7 * 1056)) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)), ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)));
     }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_3();
     __syncthreads();
     for (int k_0_1 = 0; k_0_1 < 4; ++k_0_1) {
       for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
-        a_tf32_pad_shared_dyn_warp_ptr[(ax0_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
-        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
-        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
-        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            float v_ = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval;
+          if (((*(uint *)(&(v_))) & (uint)2139095040) != (uint)2139095040) {
+              float v__1 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval = (((*(uint *)(&(v__1))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__2 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_1;
+            if (((*(uint *)(&(v__2))) & (uint)8388607) != (uint)0) {
+                float v__3 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_1 = (((*(uint *)(&(v__3))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__4 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_1 = (*(uint *)(&(v__4)));
+            }
+            condval = condval_1;
+          }
+        a_pad_shared_dyn_warp_ptr[(ax0_0 * 4)] = (*(float *)(&(condval)));
+            float v__5 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_2;
+          if (((*(uint *)(&(v__5))) & (uint)2139095040) != (uint)2139095040) {
+              float v__6 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_2 = (((*(uint *)(&(v__6))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__7 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_3;
+            if (((*(uint *)(&(v__7))) & (uint)8388607) != (uint)0) {
+                float v__8 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_3 = (((*(uint *)(&(v__8))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__9 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_3 = (*(uint *)(&(v__9)));
+            }
+            condval_2 = condval_3;
+          }
+        a_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 1)] = (*(float *)(&(condval_2)));
+            float v__10 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_4;
+          if (((*(uint *)(&(v__10))) & (uint)2139095040) != (uint)2139095040) {
+              float v__11 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_4 = (((*(uint *)(&(v__11))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__12 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_5;
+            if (((*(uint *)(&(v__12))) & (uint)8388607) != (uint)0) {
+                float v__13 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_5 = (((*(uint *)(&(v__13))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__14 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_5 = (*(uint *)(&(v__14)));
+            }
+            condval_4 = condval_5;
+          }
+        a_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 2)] = (*(float *)(&(condval_4)));
+            float v__15 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_6;
+          if (((*(uint *)(&(v__15))) & (uint)2139095040) != (uint)2139095040) {
+              float v__16 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_6 = (((*(uint *)(&(v__16))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__17 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_7;
+            if (((*(uint *)(&(v__17))) & (uint)8388607) != (uint)0) {
+                float v__18 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_7 = (((*(uint *)(&(v__18))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__19 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_7 = (*(uint *)(&(v__19)));
+            }
+            condval_6 = condval_7;
+          }
+        a_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 3)] = (*(float *)(&(condval_6)));
       }
       for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
-        b_tf32_pad_shared_dyn_warp_ptr[(ax1_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            float v__20 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_8;
+          if (((*(uint *)(&(v__20))) & (uint)2139095040) != (uint)2139095040) {
+              float v__21 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_8 = (((*(uint *)(&(v__21))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__22 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_9;
+            if (((*(uint *)(&(v__22))) & (uint)8388607) != (uint)0) {
+                float v__23 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_9 = (((*(uint *)(&(v__23))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__24 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_9 = (*(uint *)(&(v__24)));
+            }
+            condval_8 = condval_9;
+          }
+        b_pad_shared_dyn_warp_ptr[(ax1_0 * 4)] = (*(float *)(&(condval_8)));
+            float v__25 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_10;
+          if (((*(uint *)(&(v__25))) & (uint)2139095040) != (uint)2139095040) {
+              float v__26 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_10 = (((*(uint *)(&(v__26))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__27 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_11;
+            if (((*(uint *)(&(v__27))) & (uint)8388607) != (uint)0) {
+                float v__28 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_11 = (((*(uint *)(&(v__28))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__29 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_11 = (*(uint *)(&(v__29)));
+            }
+            condval_10 = condval_11;
+          }
+        b_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 1)] = (*(float *)(&(condval_10)));
+            float v__30 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_12;
+          if (((*(uint *)(&(v__30))) & (uint)2139095040) != (uint)2139095040) {
+              float v__31 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_12 = (((*(uint *)(&(v__31))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__32 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_13;
+            if (((*(uint *)(&(v__32))) & (uint)8388607) != (uint)0) {
+                float v__33 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_13 = (((*(uint *)(&(v__33))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__34 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_13 = (*(uint *)(&(v__34)));
+            }
+            condval_12 = condval_13;
+          }
+        b_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 2)] = (*(float *)(&(condval_12)));
+            float v__35 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_14;
+          if (((*(uint *)(&(v__35))) & (uint)2139095040) != (uint)2139095040) {
+              float v__36 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_14 = (((*(uint *)(&(v__36))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__37 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_15;
+            if (((*(uint *)(&(v__37))) & (uint)8388607) != (uint)0) {
+                float v__38 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_15 = (((*(uint *)(&(v__38))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__39 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_15 = (*(uint *)(&(v__39)));
+            }
+            condval_14 = condval_15;
+          }
+        b_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 3)] = (*(float *)(&(condval_14)));
       }
       for (int m_0_2 = 0; m_0_2 < 4; ++m_0_2) {
         for (int n_0_2 = 0; n_0_2 < 2; ++n_0_2) {
@@ -4402,7 +5064,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr + (n_0_2 * 4)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr + (n_0_2 * 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + (n_0_2 * 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + (n_0_2 * 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
   }
 
   {
@@ -4410,25 +5072,163 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr + ((n_0_2 * 4) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr + ((n_0_2 * 4) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + ((n_0_2 * 4) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + ((n_0_2 * 4) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
   }
         }
       }
     }
   }
   if ((65 <= K) && (65 <= K)) {
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
+    __syncthreads();
     for (int k_0_1_1 = 0; k_0_1_1 < 4; ++k_0_1_1) {
       for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
-        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_1 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            float v__40 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_16;
+          if (((*(uint *)(&(v__40))) & (uint)2139095040) != (uint)2139095040) {
+              float v__41 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_16 = (((*(uint *)(&(v__41))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__42 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_17;
+            if (((*(uint *)(&(v__42))) & (uint)8388607) != (uint)0) {
+                float v__43 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_17 = (((*(uint *)(&(v__43))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__44 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_17 = (*(uint *)(&(v__44)));
+            }
+            condval_16 = condval_17;
+          }
+        a_pad_shared_dyn_warp_ptr_1[(ax0_0_1 * 4)] = (*(float *)(&(condval_16)));
+            float v__45 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_18;
+          if (((*(uint *)(&(v__45))) & (uint)2139095040) != (uint)2139095040) {
+              float v__46 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_18 = (((*(uint *)(&(v__46))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__47 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_19;
+            if (((*(uint *)(&(v__47))) & (uint)8388607) != (uint)0) {
+                float v__48 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_19 = (((*(uint *)(&(v__48))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__49 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_19 = (*(uint *)(&(v__49)));
+            }
+            condval_18 = condval_19;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 1)] = (*(float *)(&(condval_18)));
+            float v__50 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_20;
+          if (((*(uint *)(&(v__50))) & (uint)2139095040) != (uint)2139095040) {
+              float v__51 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_20 = (((*(uint *)(&(v__51))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__52 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_21;
+            if (((*(uint *)(&(v__52))) & (uint)8388607) != (uint)0) {
+                float v__53 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_21 = (((*(uint *)(&(v__53))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__54 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_21 = (*(uint *)(&(v__54)));
+            }
+            condval_20 = condval_21;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 2)] = (*(float *)(&(condval_20)));
+            float v__55 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_22;
+          if (((*(uint *)(&(v__55))) & (uint)2139095040) != (uint)2139095040) {
+              float v__56 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_22 = (((*(uint *)(&(v__56))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__57 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_23;
+            if (((*(uint *)(&(v__57))) & (uint)8388607) != (uint)0) {
+                float v__58 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_23 = (((*(uint *)(&(v__58))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__59 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_23 = (*(uint *)(&(v__59)));
+            }
+            condval_22 = condval_23;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 3)] = (*(float *)(&(condval_22)));
       }
       for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
-        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            float v__60 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_24;
+          if (((*(uint *)(&(v__60))) & (uint)2139095040) != (uint)2139095040) {
+              float v__61 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_24 = (((*(uint *)(&(v__61))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__62 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_25;
+            if (((*(uint *)(&(v__62))) & (uint)8388607) != (uint)0) {
+                float v__63 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_25 = (((*(uint *)(&(v__63))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__64 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_25 = (*(uint *)(&(v__64)));
+            }
+            condval_24 = condval_25;
+          }
+        b_pad_shared_dyn_warp_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_24)));
+            float v__65 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_26;
+          if (((*(uint *)(&(v__65))) & (uint)2139095040) != (uint)2139095040) {
+              float v__66 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_26 = (((*(uint *)(&(v__66))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__67 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_27;
+            if (((*(uint *)(&(v__67))) & (uint)8388607) != (uint)0) {
+                float v__68 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_27 = (((*(uint *)(&(v__68))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__69 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_27 = (*(uint *)(&(v__69)));
+            }
+            condval_26 = condval_27;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_26)));
+            float v__70 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_28;
+          if (((*(uint *)(&(v__70))) & (uint)2139095040) != (uint)2139095040) {
+              float v__71 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_28 = (((*(uint *)(&(v__71))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__72 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_29;
+            if (((*(uint *)(&(v__72))) & (uint)8388607) != (uint)0) {
+                float v__73 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_29 = (((*(uint *)(&(v__73))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__74 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_29 = (*(uint *)(&(v__74)));
+            }
+            condval_28 = condval_29;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_28)));
+            float v__75 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_30;
+          if (((*(uint *)(&(v__75))) & (uint)2139095040) != (uint)2139095040) {
+              float v__76 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_30 = (((*(uint *)(&(v__76))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__77 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_31;
+            if (((*(uint *)(&(v__77))) & (uint)8388607) != (uint)0) {
+                float v__78 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_31 = (((*(uint *)(&(v__78))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__79 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_31 = (*(uint *)(&(v__79)));
+            }
+            condval_30 = condval_31;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_30)));
       }
       for (int m_0_2_1 = 0; m_0_2_1 < 4; ++m_0_2_1) {
         for (int n_0_2_1 = 0; n_0_2_1 < 2; ++n_0_2_1) {
@@ -4438,7 +5238,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3]));
   }
 
   {
@@ -4446,25 +5246,163 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3]));
   }
         }
       }
     }
   }
   if ((33 <= K) && (33 <= K)) {
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
+    __syncthreads();
     for (int k_0_1_2 = 0; k_0_1_2 < 4; ++k_0_1_2) {
       for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
-        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_2 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            float v__80 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_32;
+          if (((*(uint *)(&(v__80))) & (uint)2139095040) != (uint)2139095040) {
+              float v__81 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_32 = (((*(uint *)(&(v__81))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__82 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_33;
+            if (((*(uint *)(&(v__82))) & (uint)8388607) != (uint)0) {
+                float v__83 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_33 = (((*(uint *)(&(v__83))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__84 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_33 = (*(uint *)(&(v__84)));
+            }
+            condval_32 = condval_33;
+          }
+        a_pad_shared_dyn_warp_ptr_1[(ax0_0_2 * 4)] = (*(float *)(&(condval_32)));
+            float v__85 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_34;
+          if (((*(uint *)(&(v__85))) & (uint)2139095040) != (uint)2139095040) {
+              float v__86 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_34 = (((*(uint *)(&(v__86))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__87 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_35;
+            if (((*(uint *)(&(v__87))) & (uint)8388607) != (uint)0) {
+                float v__88 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_35 = (((*(uint *)(&(v__88))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__89 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_35 = (*(uint *)(&(v__89)));
+            }
+            condval_34 = condval_35;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 1)] = (*(float *)(&(condval_34)));
+            float v__90 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_36;
+          if (((*(uint *)(&(v__90))) & (uint)2139095040) != (uint)2139095040) {
+              float v__91 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_36 = (((*(uint *)(&(v__91))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__92 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_37;
+            if (((*(uint *)(&(v__92))) & (uint)8388607) != (uint)0) {
+                float v__93 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_37 = (((*(uint *)(&(v__93))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__94 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_37 = (*(uint *)(&(v__94)));
+            }
+            condval_36 = condval_37;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 2)] = (*(float *)(&(condval_36)));
+            float v__95 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_38;
+          if (((*(uint *)(&(v__95))) & (uint)2139095040) != (uint)2139095040) {
+              float v__96 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_38 = (((*(uint *)(&(v__96))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__97 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_39;
+            if (((*(uint *)(&(v__97))) & (uint)8388607) != (uint)0) {
+                float v__98 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_39 = (((*(uint *)(&(v__98))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__99 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_39 = (*(uint *)(&(v__99)));
+            }
+            condval_38 = condval_39;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 3)] = (*(float *)(&(condval_38)));
       }
       for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
-        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            float v__100 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_40;
+          if (((*(uint *)(&(v__100))) & (uint)2139095040) != (uint)2139095040) {
+              float v__101 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_40 = (((*(uint *)(&(v__101))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__102 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_41;
+            if (((*(uint *)(&(v__102))) & (uint)8388607) != (uint)0) {
+                float v__103 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_41 = (((*(uint *)(&(v__103))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__104 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_41 = (*(uint *)(&(v__104)));
+            }
+            condval_40 = condval_41;
+          }
+        b_pad_shared_dyn_warp_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_40)));
+            float v__105 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_42;
+          if (((*(uint *)(&(v__105))) & (uint)2139095040) != (uint)2139095040) {
+              float v__106 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_42 = (((*(uint *)(&(v__106))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__107 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_43;
+            if (((*(uint *)(&(v__107))) & (uint)8388607) != (uint)0) {
+                float v__108 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_43 = (((*(uint *)(&(v__108))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__109 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_43 = (*(uint *)(&(v__109)));
+            }
+            condval_42 = condval_43;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_42)));
+            float v__110 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_44;
+          if (((*(uint *)(&(v__110))) & (uint)2139095040) != (uint)2139095040) {
+              float v__111 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_44 = (((*(uint *)(&(v__111))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__112 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_45;
+            if (((*(uint *)(&(v__112))) & (uint)8388607) != (uint)0) {
+                float v__113 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_45 = (((*(uint *)(&(v__113))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__114 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_45 = (*(uint *)(&(v__114)));
+            }
+            condval_44 = condval_45;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_44)));
+            float v__115 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_46;
+          if (((*(uint *)(&(v__115))) & (uint)2139095040) != (uint)2139095040) {
+              float v__116 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_46 = (((*(uint *)(&(v__116))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__117 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_47;
+            if (((*(uint *)(&(v__117))) & (uint)8388607) != (uint)0) {
+                float v__118 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_47 = (((*(uint *)(&(v__118))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__119 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_47 = (*(uint *)(&(v__119)));
+            }
+            condval_46 = condval_47;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_46)));
       }
       for (int m_0_2_2 = 0; m_0_2_2 < 4; ++m_0_2_2) {
         for (int n_0_2_2 = 0; n_0_2_2 < 2; ++n_0_2_2) {
@@ -4474,7 +5412,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3]));
   }
 
   {
@@ -4482,25 +5420,163 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3]));
   }
         }
       }
     }
   }
   if ((1 <= K) && (1 <= K)) {
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
+    __syncthreads();
     for (int k_0_1_3 = 0; k_0_1_3 < 4; ++k_0_1_3) {
       for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
-        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_3 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            float v__120 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_48;
+          if (((*(uint *)(&(v__120))) & (uint)2139095040) != (uint)2139095040) {
+              float v__121 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_48 = (((*(uint *)(&(v__121))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__122 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_49;
+            if (((*(uint *)(&(v__122))) & (uint)8388607) != (uint)0) {
+                float v__123 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_49 = (((*(uint *)(&(v__123))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__124 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_49 = (*(uint *)(&(v__124)));
+            }
+            condval_48 = condval_49;
+          }
+        a_pad_shared_dyn_warp_ptr_1[(ax0_0_3 * 4)] = (*(float *)(&(condval_48)));
+            float v__125 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_50;
+          if (((*(uint *)(&(v__125))) & (uint)2139095040) != (uint)2139095040) {
+              float v__126 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_50 = (((*(uint *)(&(v__126))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__127 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_51;
+            if (((*(uint *)(&(v__127))) & (uint)8388607) != (uint)0) {
+                float v__128 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_51 = (((*(uint *)(&(v__128))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__129 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_51 = (*(uint *)(&(v__129)));
+            }
+            condval_50 = condval_51;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 1)] = (*(float *)(&(condval_50)));
+            float v__130 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_52;
+          if (((*(uint *)(&(v__130))) & (uint)2139095040) != (uint)2139095040) {
+              float v__131 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_52 = (((*(uint *)(&(v__131))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__132 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_53;
+            if (((*(uint *)(&(v__132))) & (uint)8388607) != (uint)0) {
+                float v__133 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_53 = (((*(uint *)(&(v__133))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__134 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_53 = (*(uint *)(&(v__134)));
+            }
+            condval_52 = condval_53;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 2)] = (*(float *)(&(condval_52)));
+            float v__135 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_54;
+          if (((*(uint *)(&(v__135))) & (uint)2139095040) != (uint)2139095040) {
+              float v__136 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_54 = (((*(uint *)(&(v__136))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__137 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_55;
+            if (((*(uint *)(&(v__137))) & (uint)8388607) != (uint)0) {
+                float v__138 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_55 = (((*(uint *)(&(v__138))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__139 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_55 = (*(uint *)(&(v__139)));
+            }
+            condval_54 = condval_55;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 3)] = (*(float *)(&(condval_54)));
       }
       for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
-        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            float v__140 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_56;
+          if (((*(uint *)(&(v__140))) & (uint)2139095040) != (uint)2139095040) {
+              float v__141 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_56 = (((*(uint *)(&(v__141))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__142 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_57;
+            if (((*(uint *)(&(v__142))) & (uint)8388607) != (uint)0) {
+                float v__143 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_57 = (((*(uint *)(&(v__143))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__144 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_57 = (*(uint *)(&(v__144)));
+            }
+            condval_56 = condval_57;
+          }
+        b_pad_shared_dyn_warp_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_56)));
+            float v__145 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_58;
+          if (((*(uint *)(&(v__145))) & (uint)2139095040) != (uint)2139095040) {
+              float v__146 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_58 = (((*(uint *)(&(v__146))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__147 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_59;
+            if (((*(uint *)(&(v__147))) & (uint)8388607) != (uint)0) {
+                float v__148 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_59 = (((*(uint *)(&(v__148))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__149 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_59 = (*(uint *)(&(v__149)));
+            }
+            condval_58 = condval_59;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_58)));
+            float v__150 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_60;
+          if (((*(uint *)(&(v__150))) & (uint)2139095040) != (uint)2139095040) {
+              float v__151 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_60 = (((*(uint *)(&(v__151))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__152 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_61;
+            if (((*(uint *)(&(v__152))) & (uint)8388607) != (uint)0) {
+                float v__153 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_61 = (((*(uint *)(&(v__153))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__154 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_61 = (*(uint *)(&(v__154)));
+            }
+            condval_60 = condval_61;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_60)));
+            float v__155 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_62;
+          if (((*(uint *)(&(v__155))) & (uint)2139095040) != (uint)2139095040) {
+              float v__156 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_62 = (((*(uint *)(&(v__156))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__157 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_63;
+            if (((*(uint *)(&(v__157))) & (uint)8388607) != (uint)0) {
+                float v__158 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_63 = (((*(uint *)(&(v__158))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__159 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_63 = (*(uint *)(&(v__159)));
+            }
+            condval_62 = condval_63;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_62)));
       }
       for (int m_0_2_3 = 0; m_0_2_3 < 4; ++m_0_2_3) {
         for (int n_0_2_3 = 0; n_0_2_3 < 2; ++n_0_2_3) {
@@ -4510,7 +5586,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3]));
   }
 
   {
@@ -4518,7 +5594,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3]));
   }
         }
       }
@@ -4548,10 +5624,10 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
 extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias_kernel_1(float* __restrict__ a_ptr, float* __restrict__ addend_ptr, float* __restrict__ b_ptr, float* __restrict__ bias_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int addend_s0, int b_s0) {
   extern __shared__ __align__(64) uchar buf_dyn_shmem_ptr[];
   alignas(64) float acc_pad_shared_dyn_warp_1_ptr[64];
-  alignas(64) float a_tf32_pad_shared_dyn_warp_1_ptr[16];
-  alignas(64) float b_tf32_pad_shared_dyn_warp_1_ptr[8];
-  alignas(64) float a_tf32_pad_shared_dyn_warp_1_ptr_1[16];
-  alignas(64) float b_tf32_pad_shared_dyn_warp_1_ptr_1[256];
+  alignas(64) float a_pad_shared_dyn_warp_1_ptr[16];
+  alignas(64) float b_pad_shared_dyn_warp_1_ptr[8];
+  alignas(64) float a_pad_shared_dyn_warp_1_ptr_1[16];
+  alignas(64) float b_pad_shared_dyn_warp_1_ptr_1[256];
   for (int m_0_2_init = 0; m_0_2_init < 4; ++m_0_2_init) {
     for (int n_0_2_init = 0; n_0_2_init < 2; ++n_0_2_init) {
       acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8))] = 0x0p+0f/*0.000000e+00*/;
@@ -4568,24 +5644,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
     for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 16; ++ax0_ax1_fused_0) {
       float condval;
       if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) < M) && (((int)threadIdx.x) < K)) {
-            float v_ = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
-          uint condval_1;
-          if (((*(uint *)(&(v_))) & (uint)2139095040) != (uint)2139095040) {
-              float v__1 = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
-            condval_1 = (((*(uint *)(&(v__1))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__2 = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
-            uint condval_2;
-            if (((*(uint *)(&(v__2))) & (uint)8388607) != (uint)0) {
-                float v__3 = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
-              condval_2 = (((*(uint *)(&(v__3))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__4 = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
-              condval_2 = (*(uint *)(&(v__4)));
-            }
-            condval_1 = condval_2;
-          }
-        condval = (*(float *)(&(condval_1)));
+        condval = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
       } else {
         condval = 0x0p+0f/*0.000000e+00*/;
       }
@@ -4594,211 +5653,228 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
   }
   if (0 < K) {
     for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 16; ++ax0_ax1_fused_0_1) {
-      float condval_3;
+      float condval_1;
       if ((((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-            float v__5 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
-          uint condval_4;
-          if (((*(uint *)(&(v__5))) & (uint)2139095040) != (uint)2139095040) {
-              float v__6 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
-            condval_4 = (((*(uint *)(&(v__6))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__7 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
-            uint condval_5;
-            if (((*(uint *)(&(v__7))) & (uint)8388607) != (uint)0) {
-                float v__8 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
-              condval_5 = (((*(uint *)(&(v__8))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__9 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
-              condval_5 = (*(uint *)(&(v__9)));
-            }
-            condval_4 = condval_5;
-          }
-        condval_3 = (*(float *)(&(condval_4)));
+        condval_1 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
       } else {
-        condval_3 = 0x0p+0f/*0.000000e+00*/;
+        condval_1 = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_1 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] = condval_3;
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_1 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] = condval_1;
     }
   }
   if (32 < K) {
     for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 16; ++ax0_ax1_fused_0_2) {
-      float condval_6;
+      float condval_2;
       if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 32) < K)) {
-            float v__10 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
-          uint condval_7;
-          if (((*(uint *)(&(v__10))) & (uint)2139095040) != (uint)2139095040) {
-              float v__11 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
-            condval_7 = (((*(uint *)(&(v__11))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__12 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
-            uint condval_8;
-            if (((*(uint *)(&(v__12))) & (uint)8388607) != (uint)0) {
-                float v__13 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
-              condval_8 = (((*(uint *)(&(v__13))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__14 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
-              condval_8 = (*(uint *)(&(v__14)));
-            }
-            condval_7 = condval_8;
-          }
-        condval_6 = (*(float *)(&(condval_7)));
+        condval_2 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
       } else {
-        condval_6 = 0x0p+0f/*0.000000e+00*/;
+        condval_2 = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_2 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 21504)] = condval_6;
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_2 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 21504)] = condval_2;
     }
   }
   if (32 < K) {
     for (int ax0_ax1_fused_0_3 = 0; ax0_ax1_fused_0_3 < 16; ++ax0_ax1_fused_0_3) {
-      float condval_9;
+      float condval_3;
       if (((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-            float v__15 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
-          uint condval_10;
-          if (((*(uint *)(&(v__15))) & (uint)2139095040) != (uint)2139095040) {
-              float v__16 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
-            condval_10 = (((*(uint *)(&(v__16))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__17 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
-            uint condval_11;
-            if (((*(uint *)(&(v__17))) & (uint)8388607) != (uint)0) {
-                float v__18 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
-              condval_11 = (((*(uint *)(&(v__18))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__19 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
-              condval_11 = (*(uint *)(&(v__19)));
-            }
-            condval_10 = condval_11;
-          }
-        condval_9 = (*(float *)(&(condval_10)));
+        condval_3 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
       } else {
-        condval_9 = 0x0p+0f/*0.000000e+00*/;
+        condval_3 = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_3 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) + 4224)] = condval_9;
+      ((float*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_3 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) + 4224)] = condval_3;
     }
   }
   if (64 < K) {
     for (int ax0_ax1_fused_0_4 = 0; ax0_ax1_fused_0_4 < 16; ++ax0_ax1_fused_0_4) {
-      float condval_12;
+      float condval_4;
       if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 64) < K)) {
-            float v__20 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
-          uint condval_13;
-          if (((*(uint *)(&(v__20))) & (uint)2139095040) != (uint)2139095040) {
-              float v__21 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
-            condval_13 = (((*(uint *)(&(v__21))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__22 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
-            uint condval_14;
-            if (((*(uint *)(&(v__22))) & (uint)8388607) != (uint)0) {
-                float v__23 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
-              condval_14 = (((*(uint *)(&(v__23))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__24 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
-              condval_14 = (*(uint *)(&(v__24)));
-            }
-            condval_13 = condval_14;
-          }
-        condval_12 = (*(float *)(&(condval_13)));
+        condval_4 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
       } else {
-        condval_12 = 0x0p+0f/*0.000000e+00*/;
+        condval_4 = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_4 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 26112)] = condval_12;
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_4 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 26112)] = condval_4;
     }
   }
   if (64 < K) {
     for (int ax0_ax1_fused_0_5 = 0; ax0_ax1_fused_0_5 < 16; ++ax0_ax1_fused_0_5) {
-      float condval_15;
+      float condval_5;
       if (((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-            float v__25 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
-          uint condval_16;
-          if (((*(uint *)(&(v__25))) & (uint)2139095040) != (uint)2139095040) {
-              float v__26 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
-            condval_16 = (((*(uint *)(&(v__26))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__27 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
-            uint condval_17;
-            if (((*(uint *)(&(v__27))) & (uint)8388607) != (uint)0) {
-                float v__28 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
-              condval_17 = (((*(uint *)(&(v__28))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__29 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
-              condval_17 = (*(uint *)(&(v__29)));
-            }
-            condval_16 = condval_17;
-          }
-        condval_15 = (*(float *)(&(condval_16)));
+        condval_5 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
       } else {
-        condval_15 = 0x0p+0f/*0.000000e+00*/;
+        condval_5 = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_5 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) + 8448)] = condval_15;
+      ((float*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_5 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) + 8448)] = condval_5;
     }
   }
   for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
     __syncthreads();
     for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 16; ++ax0_ax1_fused_0_6) {
-      float condval_18;
+      float condval_6;
       if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) < M) && ((((k_0_0 * 32) + ((int)threadIdx.x)) + 96) < K)) {
-            float v__30 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
-          uint condval_19;
-          if (((*(uint *)(&(v__30))) & (uint)2139095040) != (uint)2139095040) {
-              float v__31 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
-            condval_19 = (((*(uint *)(&(v__31))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__32 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
-            uint condval_20;
-            if (((*(uint *)(&(v__32))) & (uint)8388607) != (uint)0) {
-                float v__33 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
-              condval_20 = (((*(uint *)(&(v__33))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__34 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
-              condval_20 = (*(uint *)(&(v__34)));
-            }
-            condval_19 = condval_20;
-          }
-        condval_18 = (*(float *)(&(condval_19)));
+        condval_6 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
       } else {
-        condval_18 = 0x0p+0f/*0.000000e+00*/;
+        condval_6 = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 3) & 3) * 4608) + (ax0_ax1_fused_0_6 * 288)) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 16896)] = condval_18;
+      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 3) & 3) * 4608) + (ax0_ax1_fused_0_6 * 288)) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 16896)] = condval_6;
     }
     for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 16; ++ax0_ax1_fused_0_7) {
-      float condval_21;
+      float condval_7;
       if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-            float v__35 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
-          uint condval_22;
-          if (((*(uint *)(&(v__35))) & (uint)2139095040) != (uint)2139095040) {
-              float v__36 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
-            condval_22 = (((*(uint *)(&(v__36))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__37 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
-            uint condval_23;
-            if (((*(uint *)(&(v__37))) & (uint)8388607) != (uint)0) {
-                float v__38 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
-              condval_23 = (((*(uint *)(&(v__38))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__39 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
-              condval_23 = (*(uint *)(&(v__39)));
-            }
-            condval_22 = condval_23;
-          }
-        condval_21 = (*(float *)(&(condval_22)));
+        condval_7 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
       } else {
-        condval_21 = 0x0p+0f/*0.000000e+00*/;
+        condval_7 = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 3) & 3) * 4224) + (ax0_ax1_fused_0_7 * 264)) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] = condval_21;
+      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 3) & 3) * 4224) + (ax0_ax1_fused_0_7 * 264)) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] = condval_7;
     }
     __syncthreads();
     for (int k_0_1 = 0; k_0_1 < 4; ++k_0_1) {
       for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
-        a_tf32_pad_shared_dyn_warp_1_ptr[(ax0_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
-        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
-        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
-        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            float v_ = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_8;
+          if (((*(uint *)(&(v_))) & (uint)2139095040) != (uint)2139095040) {
+              float v__1 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_8 = (((*(uint *)(&(v__1))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__2 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_9;
+            if (((*(uint *)(&(v__2))) & (uint)8388607) != (uint)0) {
+                float v__3 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_9 = (((*(uint *)(&(v__3))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__4 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_9 = (*(uint *)(&(v__4)));
+            }
+            condval_8 = condval_9;
+          }
+        a_pad_shared_dyn_warp_1_ptr[(ax0_0 * 4)] = (*(float *)(&(condval_8)));
+            float v__5 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_10;
+          if (((*(uint *)(&(v__5))) & (uint)2139095040) != (uint)2139095040) {
+              float v__6 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_10 = (((*(uint *)(&(v__6))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__7 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_11;
+            if (((*(uint *)(&(v__7))) & (uint)8388607) != (uint)0) {
+                float v__8 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_11 = (((*(uint *)(&(v__8))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__9 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_11 = (*(uint *)(&(v__9)));
+            }
+            condval_10 = condval_11;
+          }
+        a_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 1)] = (*(float *)(&(condval_10)));
+            float v__10 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_12;
+          if (((*(uint *)(&(v__10))) & (uint)2139095040) != (uint)2139095040) {
+              float v__11 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_12 = (((*(uint *)(&(v__11))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__12 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_13;
+            if (((*(uint *)(&(v__12))) & (uint)8388607) != (uint)0) {
+                float v__13 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_13 = (((*(uint *)(&(v__13))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__14 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_13 = (*(uint *)(&(v__14)));
+            }
+            condval_12 = condval_13;
+          }
+        a_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 2)] = (*(float *)(&(condval_12)));
+            float v__15 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_14;
+          if (((*(uint *)(&(v__15))) & (uint)2139095040) != (uint)2139095040) {
+              float v__16 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_14 = (((*(uint *)(&(v__16))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__17 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_15;
+            if (((*(uint *)(&(v__17))) & (uint)8388607) != (uint)0) {
+                float v__18 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_15 = (((*(uint *)(&(v__18))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__19 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_15 = (*(uint *)(&(v__19)));
+            }
+            condval_14 = condval_15;
+          }
+        a_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 3)] = (*(float *)(&(condval_14)));
       }
       for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
-        b_tf32_pad_shared_dyn_warp_1_ptr[(ax1_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            float v__20 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_16;
+          if (((*(uint *)(&(v__20))) & (uint)2139095040) != (uint)2139095040) {
+              float v__21 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_16 = (((*(uint *)(&(v__21))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__22 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_17;
+            if (((*(uint *)(&(v__22))) & (uint)8388607) != (uint)0) {
+                float v__23 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_17 = (((*(uint *)(&(v__23))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__24 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_17 = (*(uint *)(&(v__24)));
+            }
+            condval_16 = condval_17;
+          }
+        b_pad_shared_dyn_warp_1_ptr[(ax1_0 * 4)] = (*(float *)(&(condval_16)));
+            float v__25 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_18;
+          if (((*(uint *)(&(v__25))) & (uint)2139095040) != (uint)2139095040) {
+              float v__26 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_18 = (((*(uint *)(&(v__26))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__27 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_19;
+            if (((*(uint *)(&(v__27))) & (uint)8388607) != (uint)0) {
+                float v__28 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_19 = (((*(uint *)(&(v__28))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__29 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_19 = (*(uint *)(&(v__29)));
+            }
+            condval_18 = condval_19;
+          }
+        b_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 1)] = (*(float *)(&(condval_18)));
+            float v__30 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_20;
+          if (((*(uint *)(&(v__30))) & (uint)2139095040) != (uint)2139095040) {
+              float v__31 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_20 = (((*(uint *)(&(v__31))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__32 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_21;
+            if (((*(uint *)(&(v__32))) & (uint)8388607) != (uint)0) {
+                float v__33 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_21 = (((*(uint *)(&(v__33))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__34 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_21 = (*(uint *)(&(v__34)));
+            }
+            condval_20 = condval_21;
+          }
+        b_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 2)] = (*(float *)(&(condval_20)));
+            float v__35 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_22;
+          if (((*(uint *)(&(v__35))) & (uint)2139095040) != (uint)2139095040) {
+              float v__36 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_22 = (((*(uint *)(&(v__36))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__37 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_23;
+            if (((*(uint *)(&(v__37))) & (uint)8388607) != (uint)0) {
+                float v__38 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_23 = (((*(uint *)(&(v__38))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__39 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_23 = (*(uint *)(&(v__39)));
+            }
+            condval_22 = condval_23;
+          }
+        b_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 3)] = (*(float *)(&(condval_22)));
       }
       for (int m_0_2 = 0; m_0_2 < 4; ++m_0_2) {
         for (int n_0_2 = 0; n_0_2 < 2; ++n_0_2) {
@@ -4808,7 +5884,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr + (n_0_2 * 4)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr + (n_0_2 * 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + (n_0_2 * 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + (n_0_2 * 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
   }
 
   {
@@ -4816,7 +5892,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr + ((n_0_2 * 4) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr + ((n_0_2 * 4) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + ((n_0_2 * 4) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + ((n_0_2 * 4) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
   }
         }
       }
@@ -4825,16 +5901,152 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
   if ((65 <= K) && (65 <= K)) {
     for (int k_0_1_1 = 0; k_0_1_1 < 4; ++k_0_1_1) {
       for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_1 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            float v__40 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_24;
+          if (((*(uint *)(&(v__40))) & (uint)2139095040) != (uint)2139095040) {
+              float v__41 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_24 = (((*(uint *)(&(v__41))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__42 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_25;
+            if (((*(uint *)(&(v__42))) & (uint)8388607) != (uint)0) {
+                float v__43 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_25 = (((*(uint *)(&(v__43))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__44 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_25 = (*(uint *)(&(v__44)));
+            }
+            condval_24 = condval_25;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[(ax0_0_1 * 4)] = (*(float *)(&(condval_24)));
+            float v__45 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_26;
+          if (((*(uint *)(&(v__45))) & (uint)2139095040) != (uint)2139095040) {
+              float v__46 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_26 = (((*(uint *)(&(v__46))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__47 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_27;
+            if (((*(uint *)(&(v__47))) & (uint)8388607) != (uint)0) {
+                float v__48 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_27 = (((*(uint *)(&(v__48))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__49 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_27 = (*(uint *)(&(v__49)));
+            }
+            condval_26 = condval_27;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 1)] = (*(float *)(&(condval_26)));
+            float v__50 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_28;
+          if (((*(uint *)(&(v__50))) & (uint)2139095040) != (uint)2139095040) {
+              float v__51 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_28 = (((*(uint *)(&(v__51))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__52 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_29;
+            if (((*(uint *)(&(v__52))) & (uint)8388607) != (uint)0) {
+                float v__53 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_29 = (((*(uint *)(&(v__53))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__54 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_29 = (*(uint *)(&(v__54)));
+            }
+            condval_28 = condval_29;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 2)] = (*(float *)(&(condval_28)));
+            float v__55 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_30;
+          if (((*(uint *)(&(v__55))) & (uint)2139095040) != (uint)2139095040) {
+              float v__56 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_30 = (((*(uint *)(&(v__56))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__57 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_31;
+            if (((*(uint *)(&(v__57))) & (uint)8388607) != (uint)0) {
+                float v__58 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_31 = (((*(uint *)(&(v__58))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__59 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_31 = (*(uint *)(&(v__59)));
+            }
+            condval_30 = condval_31;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 3)] = (*(float *)(&(condval_30)));
       }
       for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            float v__60 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_32;
+          if (((*(uint *)(&(v__60))) & (uint)2139095040) != (uint)2139095040) {
+              float v__61 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_32 = (((*(uint *)(&(v__61))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__62 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_33;
+            if (((*(uint *)(&(v__62))) & (uint)8388607) != (uint)0) {
+                float v__63 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_33 = (((*(uint *)(&(v__63))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__64 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_33 = (*(uint *)(&(v__64)));
+            }
+            condval_32 = condval_33;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_32)));
+            float v__65 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_34;
+          if (((*(uint *)(&(v__65))) & (uint)2139095040) != (uint)2139095040) {
+              float v__66 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_34 = (((*(uint *)(&(v__66))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__67 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_35;
+            if (((*(uint *)(&(v__67))) & (uint)8388607) != (uint)0) {
+                float v__68 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_35 = (((*(uint *)(&(v__68))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__69 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_35 = (*(uint *)(&(v__69)));
+            }
+            condval_34 = condval_35;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_34)));
+            float v__70 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_36;
+          if (((*(uint *)(&(v__70))) & (uint)2139095040) != (uint)2139095040) {
+              float v__71 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_36 = (((*(uint *)(&(v__71))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__72 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_37;
+            if (((*(uint *)(&(v__72))) & (uint)8388607) != (uint)0) {
+                float v__73 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_37 = (((*(uint *)(&(v__73))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__74 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_37 = (*(uint *)(&(v__74)));
+            }
+            condval_36 = condval_37;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_36)));
+            float v__75 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_38;
+          if (((*(uint *)(&(v__75))) & (uint)2139095040) != (uint)2139095040) {
+              float v__76 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_38 = (((*(uint *)(&(v__76))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__77 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_39;
+            if (((*(uint *)(&(v__77))) & (uint)8388607) != (uint)0) {
+                float v__78 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_39 = (((*(uint *)(&(v__78))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__79 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_39 = (*(uint *)(&(v__79)));
+            }
+            condval_38 = condval_39;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_38)));
       }
       for (int m_0_2_1 = 0; m_0_2_1 < 4; ++m_0_2_1) {
         for (int n_0_2_1 = 0; n_0_2_1 < 2; ++n_0_2_1) {
@@ -4844,7 +6056,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3]));
   }
 
   {
@@ -4852,7 +6064,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3]));
   }
         }
       }
@@ -4861,16 +6073,152 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
   if ((33 <= K) && (33 <= K)) {
     for (int k_0_1_2 = 0; k_0_1_2 < 4; ++k_0_1_2) {
       for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_2 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            float v__80 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_40;
+          if (((*(uint *)(&(v__80))) & (uint)2139095040) != (uint)2139095040) {
+              float v__81 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_40 = (((*(uint *)(&(v__81))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__82 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_41;
+            if (((*(uint *)(&(v__82))) & (uint)8388607) != (uint)0) {
+                float v__83 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_41 = (((*(uint *)(&(v__83))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__84 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_41 = (*(uint *)(&(v__84)));
+            }
+            condval_40 = condval_41;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[(ax0_0_2 * 4)] = (*(float *)(&(condval_40)));
+            float v__85 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_42;
+          if (((*(uint *)(&(v__85))) & (uint)2139095040) != (uint)2139095040) {
+              float v__86 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_42 = (((*(uint *)(&(v__86))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__87 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_43;
+            if (((*(uint *)(&(v__87))) & (uint)8388607) != (uint)0) {
+                float v__88 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_43 = (((*(uint *)(&(v__88))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__89 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_43 = (*(uint *)(&(v__89)));
+            }
+            condval_42 = condval_43;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 1)] = (*(float *)(&(condval_42)));
+            float v__90 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_44;
+          if (((*(uint *)(&(v__90))) & (uint)2139095040) != (uint)2139095040) {
+              float v__91 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_44 = (((*(uint *)(&(v__91))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__92 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_45;
+            if (((*(uint *)(&(v__92))) & (uint)8388607) != (uint)0) {
+                float v__93 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_45 = (((*(uint *)(&(v__93))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__94 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_45 = (*(uint *)(&(v__94)));
+            }
+            condval_44 = condval_45;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 2)] = (*(float *)(&(condval_44)));
+            float v__95 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_46;
+          if (((*(uint *)(&(v__95))) & (uint)2139095040) != (uint)2139095040) {
+              float v__96 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_46 = (((*(uint *)(&(v__96))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__97 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_47;
+            if (((*(uint *)(&(v__97))) & (uint)8388607) != (uint)0) {
+                float v__98 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_47 = (((*(uint *)(&(v__98))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__99 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_47 = (*(uint *)(&(v__99)));
+            }
+            condval_46 = condval_47;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 3)] = (*(float *)(&(condval_46)));
       }
       for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            float v__100 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_48;
+          if (((*(uint *)(&(v__100))) & (uint)2139095040) != (uint)2139095040) {
+              float v__101 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_48 = (((*(uint *)(&(v__101))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__102 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_49;
+            if (((*(uint *)(&(v__102))) & (uint)8388607) != (uint)0) {
+                float v__103 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_49 = (((*(uint *)(&(v__103))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__104 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_49 = (*(uint *)(&(v__104)));
+            }
+            condval_48 = condval_49;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_48)));
+            float v__105 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_50;
+          if (((*(uint *)(&(v__105))) & (uint)2139095040) != (uint)2139095040) {
+              float v__106 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_50 = (((*(uint *)(&(v__106))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__107 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_51;
+            if (((*(uint *)(&(v__107))) & (uint)8388607) != (uint)0) {
+                float v__108 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_51 = (((*(uint *)(&(v__108))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__109 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_51 = (*(uint *)(&(v__109)));
+            }
+            condval_50 = condval_51;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_50)));
+            float v__110 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_52;
+          if (((*(uint *)(&(v__110))) & (uint)2139095040) != (uint)2139095040) {
+              float v__111 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_52 = (((*(uint *)(&(v__111))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__112 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_53;
+            if (((*(uint *)(&(v__112))) & (uint)8388607) != (uint)0) {
+                float v__113 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_53 = (((*(uint *)(&(v__113))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__114 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_53 = (*(uint *)(&(v__114)));
+            }
+            condval_52 = condval_53;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_52)));
+            float v__115 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_54;
+          if (((*(uint *)(&(v__115))) & (uint)2139095040) != (uint)2139095040) {
+              float v__116 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_54 = (((*(uint *)(&(v__116))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__117 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_55;
+            if (((*(uint *)(&(v__117))) & (uint)8388607) != (uint)0) {
+                float v__118 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_55 = (((*(uint *)(&(v__118))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__119 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_55 = (*(uint *)(&(v__119)));
+            }
+            condval_54 = condval_55;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_54)));
       }
       for (int m_0_2_2 = 0; m_0_2_2 < 4; ++m_0_2_2) {
         for (int n_0_2_2 = 0; n_0_2_2 < 2; ++n_0_2_2) {
@@ -4880,7 +6228,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3]));
   }
 
   {
@@ -4888,7 +6236,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3]));
   }
         }
       }
@@ -4897,16 +6245,152 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
   if ((1 <= K) && (1 <= K)) {
     for (int k_0_1_3 = 0; k_0_1_3 < 4; ++k_0_1_3) {
       for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_3 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            float v__120 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_56;
+          if (((*(uint *)(&(v__120))) & (uint)2139095040) != (uint)2139095040) {
+              float v__121 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_56 = (((*(uint *)(&(v__121))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__122 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_57;
+            if (((*(uint *)(&(v__122))) & (uint)8388607) != (uint)0) {
+                float v__123 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_57 = (((*(uint *)(&(v__123))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__124 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_57 = (*(uint *)(&(v__124)));
+            }
+            condval_56 = condval_57;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[(ax0_0_3 * 4)] = (*(float *)(&(condval_56)));
+            float v__125 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_58;
+          if (((*(uint *)(&(v__125))) & (uint)2139095040) != (uint)2139095040) {
+              float v__126 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_58 = (((*(uint *)(&(v__126))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__127 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_59;
+            if (((*(uint *)(&(v__127))) & (uint)8388607) != (uint)0) {
+                float v__128 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_59 = (((*(uint *)(&(v__128))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__129 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_59 = (*(uint *)(&(v__129)));
+            }
+            condval_58 = condval_59;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 1)] = (*(float *)(&(condval_58)));
+            float v__130 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_60;
+          if (((*(uint *)(&(v__130))) & (uint)2139095040) != (uint)2139095040) {
+              float v__131 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_60 = (((*(uint *)(&(v__131))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__132 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_61;
+            if (((*(uint *)(&(v__132))) & (uint)8388607) != (uint)0) {
+                float v__133 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_61 = (((*(uint *)(&(v__133))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__134 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_61 = (*(uint *)(&(v__134)));
+            }
+            condval_60 = condval_61;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 2)] = (*(float *)(&(condval_60)));
+            float v__135 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_62;
+          if (((*(uint *)(&(v__135))) & (uint)2139095040) != (uint)2139095040) {
+              float v__136 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_62 = (((*(uint *)(&(v__136))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__137 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_63;
+            if (((*(uint *)(&(v__137))) & (uint)8388607) != (uint)0) {
+                float v__138 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_63 = (((*(uint *)(&(v__138))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__139 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_63 = (*(uint *)(&(v__139)));
+            }
+            condval_62 = condval_63;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 3)] = (*(float *)(&(condval_62)));
       }
       for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            float v__140 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_64;
+          if (((*(uint *)(&(v__140))) & (uint)2139095040) != (uint)2139095040) {
+              float v__141 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_64 = (((*(uint *)(&(v__141))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__142 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_65;
+            if (((*(uint *)(&(v__142))) & (uint)8388607) != (uint)0) {
+                float v__143 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_65 = (((*(uint *)(&(v__143))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__144 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_65 = (*(uint *)(&(v__144)));
+            }
+            condval_64 = condval_65;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_64)));
+            float v__145 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_66;
+          if (((*(uint *)(&(v__145))) & (uint)2139095040) != (uint)2139095040) {
+              float v__146 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_66 = (((*(uint *)(&(v__146))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__147 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_67;
+            if (((*(uint *)(&(v__147))) & (uint)8388607) != (uint)0) {
+                float v__148 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_67 = (((*(uint *)(&(v__148))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__149 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_67 = (*(uint *)(&(v__149)));
+            }
+            condval_66 = condval_67;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_66)));
+            float v__150 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_68;
+          if (((*(uint *)(&(v__150))) & (uint)2139095040) != (uint)2139095040) {
+              float v__151 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_68 = (((*(uint *)(&(v__151))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__152 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_69;
+            if (((*(uint *)(&(v__152))) & (uint)8388607) != (uint)0) {
+                float v__153 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_69 = (((*(uint *)(&(v__153))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__154 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_69 = (*(uint *)(&(v__154)));
+            }
+            condval_68 = condval_69;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_68)));
+            float v__155 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_70;
+          if (((*(uint *)(&(v__155))) & (uint)2139095040) != (uint)2139095040) {
+              float v__156 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_70 = (((*(uint *)(&(v__156))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__157 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_71;
+            if (((*(uint *)(&(v__157))) & (uint)8388607) != (uint)0) {
+                float v__158 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_71 = (((*(uint *)(&(v__158))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__159 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_71 = (*(uint *)(&(v__159)));
+            }
+            condval_70 = condval_71;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_70)));
       }
       for (int m_0_2_3 = 0; m_0_2_3 < 4; ++m_0_2_3) {
         for (int n_0_2_3 = 0; n_0_2_3 < 2; ++n_0_2_3) {
@@ -4916,7 +6400,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3]));
   }
 
   {
@@ -4924,7 +6408,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
       :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3]));
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3]));
   }
         }
       }

@@ -21,11 +21,11 @@ fragments (16 x 16 x 16; 16 x 16 x 8 for TF32):
   adding the bias and addend there.
 
 float16 and bfloat16 run ``schedules/cuda/mma_16bit.py``'s intrinsics (TVM's float16 ones, written for
-both dtypes); float32 is TF32 through
-``schedules/cuda/mma_tf32.py``: there the rounding to TF32 happens where the tiles are loaded (a
-computed store, not a copy), so its tiles are loaded by plain 16-byte loads, still pipelined, and rows
-are padded (no ``ldmatrix``, whose 16-bit rows B's [K, N] float32 tile cannot be read through, and no
-swizzle: TVM's permuted layout counts 8-element chunks, 32 bytes of float32).
+both dtypes); float32 is TF32 through ``schedules/cuda/mma_tf32.py``: the definition's rounding to TF32
+is inlined into the product and done where the fragments load from the tiles (its tiles are copies,
+through cp.async as the 16-bit ones), whose rows are padded by 16 bytes instead of swizzled (no
+``ldmatrix``, whose 16-bit rows B's [K, N] float32 tile cannot be read through, and TVM's permuted
+layout counts 8-element chunks, 32 bytes of float32).
 
 Where K or N is not a multiple of 16 bytes of elements, or A or B not 16-byte aligned, a second schedule
 of the same tiles copies element by element (plain loads; chosen at every call on the host).
@@ -163,10 +163,12 @@ class Matmul(ScheduleRule):
         warp = _warp(target)
         rounded = ("a_tf32", "b_tf32") if tf32 else ()  # the definition's TF32 rounding stages
         acc = sch.get_sblock("acc")
+        for name in rounded:  # TF32: rounded in the product (its fragments' loads round), A and B padded
+            sch.compute_inline(sch.get_sblock(name))
         # whole tiles: padded reads of A and B (zero past M, K, N), the unpadded write of C
         sch.pad_einsum(acc, [BM_, BN_, KC_])
         present = set(block_names(sch))  # no padding blocks where a static shape is whole tiles (tuning)
-        inlined = [f"{x}_pad" for x in rounded or ("a", "b") if f"{x}_pad" in present] + list(rounded)
+        inlined = [f"{x}_pad" for x in ("a", "b") if f"{x}_pad" in present]
         m, n, k = sch.get_loops(acc)
         m, mi = sch.split(m, [None, FRAGMENT])
         n, ni = sch.split(n, [None, FRAGMENT])
@@ -195,7 +197,7 @@ class Matmul(ScheduleRule):
                 sch.storage_align(tile, 0, axis=-2, factor=SHARED_BANKS * BANK_BYTES // ACC_BYTES,
                                   offset=_pad(target, dtype))
             tiles.append(tile)
-        for name in inlined:  # the padding, and the TF32 rounding where the tiles load
+        for name in inlined:  # the padding, where the tiles load
             sch.compute_inline(sch.get_sblock(name))
         # each warp's fragments: loaded from the shared tiles, accumulated in registers
         frag_a = sch.cache_read(fragment, 0, "warp" if gpu else "local")
@@ -235,7 +237,7 @@ class Matmul(ScheduleRule):
         # the pipeline over K chunks: [copy A, copy B] in stage 0, [load fragments, mma] STAGES - 1 later
         sch.annotate(ko, "software_pipeline_stage", [0, 0, stages - 1])
         sch.annotate(ko, "software_pipeline_order", [0, 1, 2])
-        if lanes == whole and not tf32:  # the copies: cp.async (TF32's round on the way: no copies)
+        if lanes == whole:  # the copies: cp.async
             sch.annotate(ko, "software_pipeline_async_stages", [0])
 
 
