@@ -148,7 +148,7 @@ class Matmul(ScheduleRule):
 
     def schedule(self, sch, target, lanes: int | None = None) -> None:
         """``lanes``: elements a thread copies into the tiles at a time (None: 16 bytes of them, with
-        ``cp.async`` for 16-bit inputs; 1: element by element)."""
+        ``cp.async``; 1: element by element, plain loads)."""
         gpu = on_gpu(target)
         dtype = str(sch.get(sch.get_sblock("acc")).reads[0].source.dtype)  # a's (a_tf32's: float32)
         tf32 = dtype == "float32"
