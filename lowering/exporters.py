@@ -31,7 +31,11 @@ def cuda_fatbin(exe, info, lib: Path, workdir: Path, funcs, tgt) -> dict:
     source = tvm_api.device_source(exe, "cuda")
     archs = list(info.archs())
     fatbin, resources = cuda.compile_fatbin(source, archs, workdir)
-    kernels = cuda.device_kernels(source, resources, archs)
+    # the dynamic shared memory each kernel's launches ask for where it is a constant (the tensor-core
+    # GEMM's pipeline stages): checked with ptxas' static bytes against every arch's opt-in maximum and
+    # recorded; one sized by the call's shape (LayerNorm backward's partials) is the launch's to check
+    dynamic = {k: v for k, v in tvm_api.dynamic_shared_bytes(funcs, tgt).items() if isinstance(v, int)}
+    kernels = cuda.device_kernels(source, resources, archs, dynamic=dynamic)
 
     def write_imports(module, tmp):
         c_source = tvm_api.pack_imports_c(module)

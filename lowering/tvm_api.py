@@ -10,8 +10,8 @@ work on (tests/test_imports.py keeps this list true):
 - te_defs/*.py: an op is defined in TVM's tensor expressions (``tvm.te``).
 - lowering/intrinsics.py: target lowering rules are TIR expressions
   registered with TVM (``register_intrin_lowering``).
-- schedules/cuda/mma_tf32.py: the TF32 tensor intrinsics are TIR functions written
-  in TVMScript and registered with TVM (``TensorIntrin.register``).
+- schedules/cuda/mma_tf32.py, schedules/cuda/mma_16bit.py: the TF32 and bfloat16 tensor intrinsics
+  are TIR functions written in TVMScript and registered with TVM (``TensorIntrin.register``).
 - lowering/tuning.py: drives TVM's meta-schedule (database, builder, runner,
   ``tune_tir``) and times candidates on TVM tensors.
 - lowering/c_emitter.py, lowering/c_guards.py, lowering/c_spmd.py: print and
@@ -28,8 +28,8 @@ work on (tests/test_imports.py keeps this list true):
 - lowering/tuning_kernels.py: fixes a kernel at the tuned shape and builds and times the
   candidates meta-schedule measures.
 - schedules/tir_api.py: what schedule rules need of TVM's API (PrimFuncs tagged with their op and
-  layouts, ``s_tir.Schedule``, ``choose``, the generic GPU rules, WMMA intrinsics), below both the
-  rules and this module, so that schedules never import lowering.
+  layouts, ``s_tir.Schedule``, ``choose``, the generic GPU rules, TVMScript parsing for the tensor
+  intrinsics), below both the rules and this module, so that schedules never import lowering.
 - schedules/tir_rewrite.py: rewrites TIR as IR for these helpers (variables and buffers
   replaced, stores and scopes found, ``tir_api.choose``'s schedules joined).
 """
@@ -115,7 +115,10 @@ def _lowering(funcs, tgt):
     # buffer's index from LowerWarpMemory ("require positive constant coefficient on warp index");
     # nvcc does its own CSE.  Only there: other kernels' registers depend on TVM's CSE
     # (matmul_packed spills without it)
-    settings = tvm.transform.PassContext(config={"tirx.disable_cse_tir": True})
+    # ``tirx.use_async_copy``: the copies of a software pipeline's async stages (the tensor-core GEMM's
+    # tiles, in shared.dyn) become cp.async; nothing else is marked async
+    settings = tvm.transform.PassContext(config={"tirx.disable_cse_tir": True,
+                                                 "tirx.use_async_copy": "shared.dyn" in scopes})
     return settings, _warp_pipeline() if "warp" in scopes else "default"
 
 
@@ -292,13 +295,9 @@ def load_device_runtime(kind: str) -> None:
         raise OSError(f"{lib.name} loaded but registered no loader for {kind!r} modules")
 
 
-def host_buffer_stores(funcs: Mapping[str, object], tgt) -> dict[str, list[str]]:
-    """{symbol: buffers the host side writes} after TVM's lowering splits host and device.
-
-    For a device target every data write belongs in a kernel; a host-side store
-    (e.g. the padding fill TVM adds for a padded layout) would write device
-    memory from the CPU.
-    """
+def _host_module(funcs: Mapping[str, object], tgt, finalized: bool = True):
+    """The host side of ``funcs`` after TVM's lowering splits host and device (one lowering for every
+    variant), its host passes run where ``finalized`` (kernel launches are packed calls then)."""
     from tvm.tirx.build import split_host_device_mods
 
     settings, name = _lowering(funcs.values(), tgt)
@@ -306,10 +305,42 @@ def host_buffer_stores(funcs: Mapping[str, object], tgt) -> dict[str, list[str]]
                                   else tvm.tirx.compilation_pipeline.get_tir_pipeline(name))
     mod = tvm.tirx.transform.BindTarget(tgt.with_host(tgt.host))(tvm.IRModule(dict(funcs)))
     with settings:
-        host, _ = split_host_device_mods(pipeline(mod))  # one lowering for every variant
+        host, _ = split_host_device_mods(pipeline(mod))
+    return finalize_host()(host) if finalized else host
+
+
+def host_buffer_stores(funcs: Mapping[str, object], tgt) -> dict[str, list[str]]:
+    """{symbol: buffers the host side writes} after TVM's lowering splits host and device.
+
+    For a device target every data write belongs in a kernel; a host-side store
+    (e.g. the padding fill TVM adds for a padded layout) would write device
+    memory from the CPU.
+    """
     found = {}
-    for gv, func in finalize_host()(host).functions.items():
+    for gv, func in _host_module(funcs, tgt).functions.items():
         stores = tir_rewrite.stored_buffers(func)
         if stores:
             found[gv.name_hint] = sorted(set(stores))
+    return found
+
+
+DYNAMIC_SHARED = "tirx.use_dyn_shared_memory"  # the launch parameter TVM passes a kernel's shared.dyn bytes in
+
+
+def dynamic_shared_bytes(funcs: Mapping[str, object], tgt) -> dict[str, object]:
+    """{kernel: the dynamic shared memory its launches ask for} of every kernel ``funcs`` launches with
+    some: the host code's last launch argument (TVM's CUDA runtime sets the kernel's opt-in from it past
+    48 KiB), an int where it is a constant, else the expression."""
+    import tvm_ffi
+
+    found = {}
+
+    def launch(call):
+        attrs = getattr(call, "attrs", None)
+        if call.op.name == "tirx.call_ffi_kernel" and DYNAMIC_SHARED in list(getattr(attrs, "launch_params", ())):
+            size = call.args[-1]
+            found[str(call.args[0].value)] = int(size.value) if isinstance(size, tvm.tirx.IntImm) else size
+
+    for func in _host_module(funcs, tgt, finalized=False).functions.values():
+        tvm_ffi.structural_walk(func, (tvm.ir.expr.Call, launch))
     return found

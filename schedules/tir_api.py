@@ -1,13 +1,13 @@
 """What schedule rules need of TVM's API, below both the rules and lowering: PrimFuncs from the
 definitions, tagged with their op and schedule flags and declared with their buffer layouts;
 ``s_tir.Schedule``s; :func:`choose`, one PrimFunc from several schedules with host tests; TVM's
-generic GPU rules and the WMMA tensor intrinsics.  lowering/tvm_api.py (compiling, exporting,
+generic GPU rules; TVMScript parsing without reading every frame's source
+(``tvmscript_stack_without_source``, for the tensor intrinsics).  lowering/tvm_api.py (compiling, exporting,
 loading, runtimes) builds on it; nothing here imports lowering.
 """
 from __future__ import annotations
 
 import contextlib
-import functools
 import inspect
 import os
 import sys
@@ -125,6 +125,21 @@ def choose(alternatives):
     return tir_rewrite.joined(alternatives, tests, names, buffers)
 
 
+def with_whole_bounds(func, names, lanes: int):
+    """``func`` with every test ``x < d`` of a size ``d`` named in ``names`` written ``x < d // lanes * lanes``:
+    equal where :func:`choose` runs it only for sizes that are multiples of ``lanes``, and visibly the same
+    for ``lanes`` consecutive ``x`` from a multiple of ``lanes`` to TVM (a padded tile's vector copies)."""
+    import tvm_ffi
+
+    sizes = {v.name: v for v in tvm.tirx.analysis.undefined_vars(func.body, list(func.params)) if v.name in names}
+
+    def whole(lt):
+        size = next((v for v in sizes.values() if lt.b.same_as(v)), None)
+        return lt if size is None else tvm.tirx.LT(lt.a, size // lanes * lanes)
+
+    return func.with_body(tvm_ffi.structural_map(func.body, (tvm.tirx.LT, whole)))
+
+
 def script(func) -> str:
     return func.script()
 
@@ -136,11 +151,8 @@ def gpu_generic_rules() -> list:
     return [dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()]
 
 
-_WMMA_SHORT = {"float16": "f16", "bfloat16": "bf16"}
-
-
 @contextlib.contextmanager
-def _tvmscript_stack_without_source():
+def tvmscript_stack_without_source():
     """TVMScript's ``prim_func`` decorator takes ``inspect.stack()`` for every function it parses and
     reads the source line of its caller's caller only (``is_defined_in_class``) and the frames'
     locals.  ``inspect.stack()`` reads the source line of every frame, and for a frame whose file is
@@ -168,33 +180,3 @@ def _tvmscript_stack_without_source():
         yield
     finally:
         inspect.stack = real
-
-
-@functools.lru_cache(maxsize=None)
-def wmma_intrinsics(dtype: str) -> dict[str, str]:
-    """Names of the WMMA m16n16k16 tensor intrinsics for ``dtype`` (float16 / bfloat16) inputs in
-    shared memory and float32 accumulators: load_a, load_b (row-major), compute, fill, store (to
-    shared).  TVM registers them for float16 (and int8) only; the bfloat16 ones are registered here,
-    once, from TVM's own WMMA intrinsic builders."""
-    with _tvmscript_stack_without_source():
-        return _wmma_intrinsics(dtype)
-
-
-def _wmma_intrinsics(dtype: str) -> dict[str, str]:
-    from tvm.s_tir import TensorIntrin
-    from tvm.s_tir.tensor_intrin import cuda as wmma
-
-    if dtype not in _WMMA_SHORT:
-        raise ValueError(f"dtype: expected float16 or bfloat16 for WMMA, got {dtype}")
-    short = _WMMA_SHORT[dtype]
-    names = {"load_a": f"wmma_load_16x16x16_{short}_a_shared", "load_b": f"wmma_load_16x16x16_{short}_b_shared",
-             "compute": f"wmma_sync_16x16x16_{short}{short}f32", "fill": wmma.WMMA_FILL_16x16x16_F32_INTRIN,
-             "store": wmma.WMMA_STORE_16x16x16_F32_SHARED_INTRIN}
-    if dtype == "bfloat16":
-        made = {"load_a": wmma.get_wmma_load_intrin(16, 16, 16, dtype, "shared", False, False),
-                "load_b": wmma.get_wmma_load_intrin(16, 16, 16, dtype, "shared", True, False),
-                "compute": wmma.get_wmma_sync_intrin(16, 16, 16, dtype, "float32", False)}
-        for key, (desc, impl) in made.items():
-            names[key] = "fusedgrad_" + names[key]
-            TensorIntrin.register(names[key], desc, impl, override=True)
-    return names

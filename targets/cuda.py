@@ -29,6 +29,13 @@ OPTIN_SHARED_BYTES = {70: 96 * 1024, 72: 48 * 1024, 75: 64 * 1024, 80: 163 * 102
                       87: 163 * 1024, 89: 99 * 1024, 90: 227 * 1024, 100: 227 * 1024, 120: 99 * 1024}
 
 
+# Registers (the same table, every compute capability from 5.0 on): at most 255 a thread, 64 K 32-bit
+# registers a block.
+REGISTERS_PER_THREAD, REGISTERS_PER_BLOCK = 255, 64 * 1024
+# Shared memory is 32 banks of 4 bytes on every one of them ("Shared Memory" of each capability's section).
+SHARED_BANKS, BANK_BYTES = 32, 4
+
+
 def optin_shared_bytes(archs=None) -> int:
     """The shared memory a block may use on every one of ``archs`` (default: those built, ``cuda_archs``)
     with the opt-in: the least of their maxima, since one source serves them all."""

@@ -37,7 +37,7 @@ TF32_DROPPED, TF32_HALF, QUIET = 0x1FFF, 0x1000, 0x400000
 EXPONENT, MANTISSA = 0x7F800000, 0x7FFFFF
 
 
-def _tf32(x):
+def tf32_expr(x):
     """float32 ``x`` rounded to TF32 (cvt.rna.tf32.f32): NaN stays (quiet) NaN, infinity stays."""
     bits = tirx.reinterpret("uint32", x)
     keep = tirx.const(0xFFFFFFFF ^ TF32_DROPPED, "uint32")
@@ -56,8 +56,8 @@ def compute(dtype: str, has_bias: bool = False, has_addend: bool = False):
     addend = te.placeholder((M, N), ACC, name="addend") if has_addend else None
     a_in, b_in = a, b
     if dtype == ACC:  # 16-bit inputs are TF32 values already
-        a_in = te.compute((M, K), lambda m, k: _tf32(a[m, k]), name="a_tf32")
-        b_in = te.compute((K, N), lambda k, n: _tf32(b[k, n]), name="b_tf32")
+        a_in = te.compute((M, K), lambda m, k: tf32_expr(a[m, k]), name="a_tf32")
+        b_in = te.compute((K, N), lambda k, n: tf32_expr(b[k, n]), name="b_tf32")
     k = te.reduce_axis((0, K), name="k")
     acc = te.compute((M, N), lambda m, n: te.sum(a_in[m, k].astype(ACC) * b_in[k, n].astype(ACC), axis=k),
                      name="acc")

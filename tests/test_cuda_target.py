@@ -21,8 +21,6 @@ import build_cache
 from fusedgrad import api, runtime, schedules, targets, te_defs
 from fusedgrad.lowering import build, cuda, tvm_api, tvm_workarounds
 from fusedgrad.schedules import tir_api
-from fusedgrad.schedules.cuda import mma_tf32
-from fusedgrad.te_defs.matmul import tf32
 
 NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc (CUDA toolkit) is not installed on this machine")
@@ -31,7 +29,7 @@ needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc (CUDA toolkit) is not
 # and the full LSTM's float32 kernels
 MULTI_DTYPE = ("lstm_cell_backward", "layer_norm_backward")
 LSTM_KERNELS = ("matmul_packed", "pack_b", "pack_bt", "lstm_cell_forward", "lstm_step_backward", "column_sum")
-TENSOR_CORE = ("matmul",)  # float16 / bfloat16 inputs, and float32 ones as TF32
+TENSOR_CORE = ("matmul",)  # float16 / bfloat16 inputs, and float32 ones as TF32 (tests/test_cuda_matmul.py)
 # the persistent layer kernels of the recurrence (float32; tests/test_cuda_lstm_layer.py)
 LSTM_LAYER = ("lstm_layer_forward", "lstm_layer_backward")
 HAND = MULTI_DTYPE + LSTM_KERNELS + TENSOR_CORE + LSTM_LAYER
@@ -257,163 +255,6 @@ def test_emulated_step_backward_writes_dgates_t_into_a_wider_view(emulated):
     np.testing.assert_array_equal(wide[:, N:2 * N], dgates.T)
     np.testing.assert_allclose(dgates, ref["dgates"], rtol=0, atol=TOL["float32"] * (np.abs(ref["dgates"]).max() + 1))
     assert np.isnan(wide[:, :N]).all() and np.isnan(wide[:, 2 * N:]).all()
-
-
-MATMUL_TOL = 1e-5  # float32 sums of exact products: only the order of the sum differs from float64
-
-
-def _tensor_core_matmul(lib, dtype, a, b, bias=None, addend=None):
-    """C = a·b (+ bias) (+ addend) through the emulated kernel, called directly (no target on this
-    machine serves the op: the API refuses it on the host)."""
-    torch = pytest.importorskip("torch")
-    c = torch.full((a.shape[0], b.shape[1]), float("nan"), dtype=torch.float32)
-    variant = {"has_bias": bias is not None, "has_addend": addend is not None}
-    lib.kernel("matmul", dtype, variant, "llvm")(a, b, *(t for t in (bias, addend) if t is not None), c)
-    return c
-
-
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
-def test_tensor_core_matmul_loop_nest_matches_reference(emulated, dtype):
-    """The tensor-core schedule without its tensor intrinsics: the same padded tiles, on the host.  Tails
-    in M, N and K of every size against whole fragments (16 x 16 x 16; 16 x 16 x 8 for TF32) and block
-    tiles, every variant (float32 bias, addend), and inputs inside wider rows (their NaN neighbours must
-    not be read).  float32 is TF32: the reference is the product of the TF32-rounded inputs."""
-    torch = pytest.importorskip("torch")
-    op = te_defs.get("matmul")
-    lib = emulated("matmul", dtype)
-    cases = [(1, 1, 1), (13, 37, 19), (64, 64, 32), (130, 70, 45), (65, 129, 33)]
-    for k, (M, N, K) in enumerate(cases):
-        s = op.sample({"M": M, "N": N, "K": K}, np.random.default_rng(k))
-        a, b = (torch.from_numpy(s[x]).to(getattr(torch, dtype)) for x in ("a", "b"))
-        bias, addend = (torch.from_numpy(s[x]).float() for x in ("bias", "addend"))
-        if k % 2:  # row-strided views
-            a = torch.cat([a, torch.full((M, 3), float("nan"), dtype=a.dtype)], 1)[:, :K]
-            b = torch.cat([torch.full((K, 5), float("nan"), dtype=b.dtype), b], 1)[:, 5:]
-            addend = torch.cat([addend, torch.full((M, 2), float("nan"))], 1)[:, :N]
-        for variant in op.variants:
-            extra = {"bias": bias if variant["has_bias"] else None, "addend": addend if variant["has_addend"] else None}
-            got = _tensor_core_matmul(lib, dtype, a, b, **extra).double()
-            ref = (torch.from_numpy(tf32(a.float().numpy())).double()
-                   @ torch.from_numpy(tf32(b.float().numpy())).double())
-            ref = ref + (bias.double() if variant["has_bias"] else 0) + (addend.double() if variant["has_addend"] else 0)
-            err = float((got - ref).abs().max() / (ref.abs().max() + 1))
-            assert err <= MATMUL_TOL, (dtype, (M, N, K), variant, err)
-
-
-def test_tensor_core_matmul_keeps_nan_in_its_row_and_column(emulated):
-    torch = pytest.importorskip("torch")
-    a = torch.randn(70, 45, generator=torch.Generator().manual_seed(0)).half()
-    b = torch.randn(45, 70, generator=torch.Generator().manual_seed(1)).half()
-    a[66, 44] = float("nan")  # in the last, partial M tile and K chunk
-    b[3, 5] = float("inf")
-    c = _tensor_core_matmul(emulated("matmul", "float16"), "float16", a, b)
-    assert c[66].isnan().all()
-    assert c[:, 5].abs().isinf().sum() + c[:, 5].isnan().sum() == 70
-    rest = torch.cat([c[:66], c[67:]])
-    assert torch.isfinite(torch.cat([rest[:, :5], rest[:, 6:]], 1)).all()
-
-
-def test_tensor_core_matmul_is_tensorized_for_the_gpu():
-    """On the CUDA target both dtypes issue WMMA mma_sync on 16 x 16 x 16 fragments (bfloat16 through
-    the intrinsics registered here); an arch before sm_80 has no bfloat16 WMMA and is refused."""
-    tgt = tvm_api.target(targets.get("cuda").tvm_target())
-    for dtype, frag in (("float16", "half"), ("bfloat16", "nv_bfloat16")):
-        funcs, _ = build.schedule_variants("matmul", "cuda", dtype)
-        assert {rule for _, _, rule in funcs.values()} == {"Matmul"}
-        source = tvm_api.device_source(tvm_api.compile_module({s: f for s, (f, _, _) in funcs.items()}, tgt), "cuda")
-        assert "nvcuda::wmma::mma_sync" in source, dtype
-        assert f"nvcuda::wmma::matrix_a, 16, 16, 16, {frag}, nvcuda::wmma::row_major" in source, dtype
-        assert "atomic" not in source
-    op = te_defs.get("matmul")
-    func = tir_api.prim_func(op.compute("bfloat16"), "main", op.name)
-    old = tvm_api.target({**targets.get("cuda").tvm_target(), "arch": "sm_75"})
-    with pytest.raises(ValueError, match="bfloat16 tensor-core GEMM needs sm_80 or newer.*got sm_75"):
-        schedules.apply(targets.get("cuda").schedules, func, old)
-
-
-def test_tf32_rounding_is_ptx_cvt_rna():
-    """Round to nearest, ties away from zero, on float32's bits; NaN stays NaN, overflow goes to
-    infinity; every float16 and bfloat16 value is left as it is."""
-    one_ulp = 2.0 ** -10  # TF32 keeps 10 mantissa bits
-    x = np.array([1 + one_ulp / 2, -(1 + one_ulp / 2), 1 + 3 * one_ulp / 2, 1 + one_ulp / 2 - 2 ** -20,
-                  np.inf, -np.inf, np.nan, np.finfo(np.float32).max, 0.0, -0.0], np.float32)
-    want = [1 + one_ulp, -(1 + one_ulp), 1 + 2 * one_ulp, 1.0, np.inf, -np.inf, np.nan, np.inf, 0.0, -0.0]
-    got = tf32(x)
-    np.testing.assert_array_equal(got, np.array(want, np.float32))
-    assert np.signbit(got[-1]) and (got.view(np.uint32) & 0x1FFF == 0).all()
-    halves = np.arange(0, 1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
-    brains = (np.arange(0, 1 << 16, dtype=np.uint32) << 16).view(np.float32)
-    for v in (halves, brains):
-        same = np.isnan(v) | (tf32(v) == v)
-        assert same.all()
-
-
-# PTX ISA, "Matrix Fragments for mma.m16n8k8" (.tf32): (row, column) of each register, with
-# groupID = lane / 4 and threadID_in_group = lane % 4; C per 8-column half, B per 8-column half
-PTX_A = {0: lambda g, t: (g, t), 1: lambda g, t: (g + 8, t), 2: lambda g, t: (g, t + 4), 3: lambda g, t: (g + 8, t + 4)}
-PTX_B = {0: lambda g, t: (t, g), 1: lambda g, t: (t + 4, g)}
-PTX_C = {0: lambda g, t: (g, 2 * t), 1: lambda g, t: (g, 2 * t + 1), 2: lambda g, t: (g + 8, 2 * t),
-         3: lambda g, t: (g + 8, 2 * t + 1)}
-
-
-def test_tf32_fragment_maps_are_ptxs_layout():
-    """The intrinsics' (row, column) <-> (lane, register) maps are PTX's m16n8k8 .tf32 fragment
-    layout, and each load/store map is the inverse of its index map; then one warp's product
-    computed register by register as the instruction defines it equals A·B."""
-    for lane in range(32):
-        g, t = lane // 4, lane % 4
-        for reg, where in PTX_A.items():
-            assert mma_tf32.a_element(lane, reg) == where(g, t)
-            assert mma_tf32.a_index(*where(g, t)) == (lane, reg)
-        for half in range(2):
-            for reg, where in PTX_B.items():
-                k, n = where(g, t)
-                assert mma_tf32.b_element(lane, half * 2 + reg) == (k, n + 8 * half)
-                assert mma_tf32.b_index(k, n + 8 * half) == (lane, half * 2 + reg)
-            for reg, where in PTX_C.items():
-                i, j = where(g, t)
-                assert mma_tf32.c_element(lane, half * 4 + reg) == (i, j + 8 * half)
-                assert mma_tf32.c_index(i, j + 8 * half) == (lane, half * 4 + reg)
-    rng = np.random.default_rng(0)
-    A, B = rng.standard_normal((16, 8)), rng.standard_normal((8, 16))
-    fa = np.zeros((32, 4)); fb = np.zeros((32, 4)); fc = np.zeros((32, 8))
-    for i in range(16):
-        for j in range(8):
-            fa[mma_tf32.a_index(i, j)] = A[i, j]
-    for k in range(8):
-        for n in range(16):
-            fb[mma_tf32.b_index(k, n)] = B[k, n]
-    for half in range(2):  # mma.m16n8k8: D[i, j] = sum_k A[i, k] B[k, j], each operand from its owner
-        owner_a = {PTX_A[r](l // 4, l % 4): fa[l, r] for l in range(32) for r in PTX_A}
-        owner_b = {PTX_B[r](l // 4, l % 4): fb[l, half * 2 + r] for l in range(32) for r in PTX_B}
-        for lane in range(32):
-            for reg in PTX_C:
-                i, j = PTX_C[reg](lane // 4, lane % 4)
-                fc[lane, half * 4 + reg] = sum(owner_a[(i, k)] * owner_b[(k, j)] for k in range(8))
-    C = np.zeros((16, 16))
-    for lane in range(32):
-        for reg in range(8):
-            C[mma_tf32.c_element(lane, reg)] = fc[lane, reg]
-    np.testing.assert_allclose(C, A @ B, rtol=1e-12, atol=1e-12)
-
-
-def test_tf32_matmul_is_tensorized_on_ptx_mma():
-    """float32 (TF32) issues mma.sync m16n8k8 .tf32 on fragments held in registers: every warp buffer
-    lowered to a per-thread array (TVM lowers only the first per statement sequence; the pipeline runs
-    it once per buffer), and the shared tiles hold TF32-rounded values (no rounding in the inner loop)."""
-    tgt = tvm_api.target(targets.get("cuda").tvm_target())
-    funcs, _ = build.schedule_variants("matmul", "cuda", "float32")
-    source = tvm_api.device_source(tvm_api.compile_module({s: f for s, (f, _, _) in funcs.items()}, tgt), "cuda")
-    assert source.count("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32") == 2 * len(funcs)
-    sizes = {name: int(n) for name, n in re.findall(r"float (\w+_warp_ptr)\[(\d+)\]", source)}
-    per_thread = {"a": 2 * mma_tf32.A_REGS, "b": 2 * mma_tf32.B_REGS, "acc": 4 * mma_tf32.C_REGS}  # MF=NF=2
-    assert sizes and all(size == per_thread[name.split("_")[0]] for name, size in sizes.items()), sizes
-    assert "atomic" not in source and "wmma" not in source
-    op = te_defs.get("matmul")
-    func = tir_api.prim_func(op.compute("float32"), "main", op.name)
-    old = tvm_api.target({**targets.get("cuda").tvm_target(), "arch": "sm_75"})
-    with pytest.raises(ValueError, match="float32 tensor-core GEMM needs sm_80 or newer.*got sm_75"):
-        schedules.apply(targets.get("cuda").schedules, func, old)
 
 
 # ----------------------------------------------------------------------------- packaging

@@ -27,6 +27,7 @@ TVM_FACING = {
     "fusedgrad.lowering.tuning": "drives TVM's meta-schedule (database, runner, builder, tune_tir)",
     "fusedgrad.lowering.intrinsics": "lowering rules are TIR expressions registered with TVM",
     "fusedgrad.schedules.cuda.mma_tf32": "tensor intrinsics are TIR functions written in TVMScript",
+    "fusedgrad.schedules.cuda.mma_16bit": "tensor intrinsics are TIR functions written in TVMScript",
     "fusedgrad.schedules.tir_api": "what schedule rules need of TVM's API (PrimFuncs, Schedules, choose)",
     "fusedgrad.lowering.c_emitter": "prints C from TIR nodes",
     "fusedgrad.lowering.c_guards": "analyses TIR nodes for the C printer",

@@ -131,290 +131,2326 @@ __host__ __device__ half4 make_half4(__half x, __half y, __half z, __half w) {
   #define uchar unsigned char
   #define ushort unsigned short
 #endif
-extern "C" __global__ void __launch_bounds__(128) fg_matmul_float16__none_kernel(half* __restrict__ a_ptr, half* __restrict__ b_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int b_s0);
-extern "C" __global__ void __launch_bounds__(128) fg_matmul_float16__addend_kernel(half* __restrict__ a_ptr, float* __restrict__ addend_ptr, half* __restrict__ b_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int addend_s0, int b_s0);
-extern "C" __global__ void __launch_bounds__(128) fg_matmul_float16__bias_kernel(half* __restrict__ a_ptr, half* __restrict__ b_ptr, float* __restrict__ bias_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int b_s0);
-extern "C" __global__ void __launch_bounds__(128) fg_matmul_float16__addend_bias_kernel(half* __restrict__ a_ptr, float* __restrict__ addend_ptr, half* __restrict__ b_ptr, float* __restrict__ bias_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int addend_s0, int b_s0);
-extern "C" __global__ void __launch_bounds__(128) fg_matmul_float16__none_kernel(half* __restrict__ a_ptr, half* __restrict__ b_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int b_s0) {
-  nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> acc_pad_shared_wmma_accumulator_ptr[4];
-  __shared__ alignas(64) half a_pad_shared_ptr[2560];
-  __shared__ alignas(64) half b_pad_shared_ptr[2304];
-  nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, half, nvcuda::wmma::row_major> a_pad_shared_wmma_matrix_a_ptr[2];
-  nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, half, nvcuda::wmma::row_major> b_pad_shared_wmma_matrix_b_ptr[2];
-  __shared__ alignas(64) float acc_pad_shared_ptr[4096];
-  for (int m_0_2_init = 0; m_0_2_init < 2; ++m_0_2_init) {
+__forceinline__ __device__ void tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0() {
+  asm volatile("cp.async.wait_group 0;" :  :  : "memory");
+}
+__forceinline__ __device__ void tvm_builtin_ptx_cp_async_wait_group_async_wait_group_3() {
+  asm volatile("cp.async.wait_group 3;" :  :  : "memory");
+}
+__forceinline__ __device__ void tvm_builtin_ptx_cp_async_commit_group_async_commit_group() {
+  asm volatile("cp.async.commit_group;" :  : );
+}
+
+__forceinline__ __device__ void ptx_cp_async_legacy_pred_cg_16_2_2(void* dst, int dst_off, void* src, int src_off, int predicate) {
+  uint8_t* dst_p = (uint8_t*)dst + dst_off * 2;
+  uint8_t* src_p = (uint8_t*)src + src_off * 2;
+  unsigned int dst_addr = __cvta_generic_to_shared(dst_p);
+  __asm__ __volatile__(
+    "{\n"
+    " .reg .pred p;\n"
+    " setp.eq.u32 p, %3, 1;\n"
+    " @p cp.async.cg.shared.global [%0], [%1], %2;\n"
+    " @!p st.shared.v4.u32 [%0], {%4, %4, %4, %4};\n"
+    "}\n"
+    :: "r"(dst_addr), "l"(src_p), "n"(16), "r"(predicate), "r"(0)
+  );
+}
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float16__none_kernel(half* __restrict__ a_v_ptr, half* __restrict__ b_v_ptr, float* __restrict__ c_v_ptr, int K, int M, int N, int a_s0, int b_s0);
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float16__none_kernel_1(half* __restrict__ a_ptr, half* __restrict__ b_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int b_s0);
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float16__addend_kernel(half* __restrict__ a_v_ptr, float* __restrict__ addend_ptr, half* __restrict__ b_v_ptr, float* __restrict__ c_v_ptr, int K, int M, int N, int a_s0, int addend_s0, int b_s0);
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float16__addend_kernel_1(half* __restrict__ a_ptr, float* __restrict__ addend_ptr, half* __restrict__ b_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int addend_s0, int b_s0);
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float16__bias_kernel(half* __restrict__ a_v_ptr, half* __restrict__ b_v_ptr, float* __restrict__ bias_ptr, float* __restrict__ c_v_ptr, int K, int M, int N, int a_s0, int b_s0);
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float16__bias_kernel_1(half* __restrict__ a_ptr, half* __restrict__ b_ptr, float* __restrict__ bias_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int b_s0);
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float16__addend_bias_kernel(half* __restrict__ a_v_ptr, float* __restrict__ addend_ptr, half* __restrict__ b_v_ptr, float* __restrict__ bias_ptr, float* __restrict__ c_v_ptr, int K, int M, int N, int a_s0, int addend_s0, int b_s0);
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float16__addend_bias_kernel_1(half* __restrict__ a_ptr, float* __restrict__ addend_ptr, half* __restrict__ b_ptr, float* __restrict__ bias_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int addend_s0, int b_s0);
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float16__none_kernel(half* __restrict__ a_v_ptr, half* __restrict__ b_v_ptr, float* __restrict__ c_v_ptr, int K, int M, int N, int a_s0, int b_s0) {
+  extern __shared__ __align__(64) uchar buf_dyn_shmem_ptr[];
+  alignas(64) float acc_pad_shared_dyn_warp_ptr[64];
+  alignas(64) half a_pad_shared_dyn_warp_ptr[32];
+  alignas(64) half b_pad_shared_dyn_warp_ptr[16];
+  alignas(64) half a_pad_shared_dyn_warp_ptr_1[32];
+  alignas(64) half b_pad_shared_dyn_warp_ptr_1[512];
+  for (int m_0_2_init = 0; m_0_2_init < 4; ++m_0_2_init) {
     for (int n_0_2_init = 0; n_0_2_init < 2; ++n_0_2_init) {
-      nvcuda::wmma::fill_fragment(acc_pad_shared_wmma_accumulator_ptr[((m_0_2_init * 2) + n_0_2_init)], 0x0p+0f/*0.000000e+00*/);
+      for (int i = 0; i < 8; ++i) {
+acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
+;
     }
   }
-  int cse_v1 = (((int)blockIdx.y) * 64);
-  int cse_v3 = (((int)threadIdx.y) >> 1);
-  int cse_v4 = ((((int)threadIdx.y) & 1) * 32);
-  int cse_v9 = ((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32));
-  int cse_v10 = (((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x));
-  for (int k_0_0 = 0; k_0_0 < ((K + 31) >> 5); ++k_0_0) {
-    int cse_v2 = (k_0_0 * 32);
+  if (0 < K) {
+    for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 2; ++ax0_ax1_fused_0) {
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 16384), a_v_ptr, (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < 0)));
+    }
+    for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 2; ++ax0_ax1_fused_0_1) {
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, ((((ax0_ax1_fused_0_1 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((((ax0_ax1_fused_0_1 * 16) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), (((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < 0) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
+    }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
+  }
+  if (32 < K) {
+    for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 2; ++ax0_ax1_fused_0_2) {
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_2 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 20480), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 32), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -4)));
+    }
+    for (int ax0_ax1_fused_0_3 = 0; ax0_ax1_fused_0_3 < 2; ++ax0_ax1_fused_0_3) {
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_3 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)) + 4096), b_v_ptr, (((((int)blockIdx.x) * 128) + ((((((ax0_ax1_fused_0_3 * 16) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 32) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -16) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
+    }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
+  }
+  if (64 < K) {
+    for (int ax0_ax1_fused_0_4 = 0; ax0_ax1_fused_0_4 < 2; ++ax0_ax1_fused_0_4) {
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_4 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 24576), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 64), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -8)));
+    }
+    for (int ax0_ax1_fused_0_5 = 0; ax0_ax1_fused_0_5 < 2; ++ax0_ax1_fused_0_5) {
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_5 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)) + 8192), b_v_ptr, (((((int)blockIdx.x) * 128) + ((((((ax0_ax1_fused_0_5 * 16) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 64) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -32) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
+    }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
+  }
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
     __syncthreads();
-    for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 16; ++ax0_ax1_fused_0) {
-      int cse_v7 = (((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 4)) + ((int)threadIdx.y));
-      half condval;
-      if (((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 4)) + ((int)threadIdx.y)) < M) && (((k_0_0 * 32) + ((int)threadIdx.x)) < K)) {
-        condval = a_ptr[(((k_0_0 * 32) + ((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 4)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x))];
-      } else {
-        condval = __float2half_rn(0x0p+0f/*0.000000e+00*/);
-      }
-      a_pad_shared_ptr[(((ax0_ax1_fused_0 * 160) + (((int)threadIdx.y) * 40)) + ((int)threadIdx.x))] = condval;
+    for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 2; ++ax0_ax1_fused_0_6) {
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, ((((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_6 * 2048)) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 16384), a_v_ptr, ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 3) * 8)) + 96), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && ((((k_0_0 * 4) + (((int)threadIdx.x) & 3)) - (K >> 3)) < -12)));
     }
-    for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 16; ++ax0_ax1_fused_0_1) {
-      int cse_v8 = (((k_0_0 * 32) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1));
-      half condval_1;
-      if (((((k_0_0 * 32) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) < K) && ((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x)) < N)) {
-        condval_1 = b_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((k_0_0 * 32) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) * b_s0)) + ((int)threadIdx.x))];
-      } else {
-        condval_1 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
-      }
-      b_pad_shared_ptr[((((ax0_ax1_fused_0_1 * 144) + ((((int)threadIdx.y) >> 1) * 72)) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x))] = condval_1;
+    for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 2; ++ax0_ax1_fused_0_7) {
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_7 * 2048)) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 16)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 96) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), ((((((k_0_0 * 16) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -48) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
     }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_3();
     __syncthreads();
     for (int k_0_1 = 0; k_0_1 < 2; ++k_0_1) {
-      for (int ax0_0 = 0; ax0_0 < 2; ++ax0_0) {
-        nvcuda::wmma::load_matrix_sync(a_pad_shared_wmma_matrix_a_ptr[ax0_0], (&(a_pad_shared_ptr[((((((int)threadIdx.y) >> 1) * 1280) + (ax0_0 * 640)) + (k_0_1 * 16))])), 40);
+      for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (ax0_0 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (ax0_0 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (ax0_0 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (ax0_0 * 8)))[3])
+      : "r"(addr)
+    );
+  }
       }
       for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
-        nvcuda::wmma::load_matrix_sync(b_pad_shared_wmma_matrix_b_ptr[ax1_0], (&(b_pad_shared_ptr[(((k_0_1 * 1152) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0 * 16))])), 72);
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((k_0_0 & 3) * 4096) + (k_0_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + (ax1_0 * 8)))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + (ax1_0 * 8)))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + (ax1_0 * 8)))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + (ax1_0 * 8)))[3])
+      : "r"(addr)
+    );
+  }
       }
-      for (int m_0_2 = 0; m_0_2 < 2; ++m_0_2) {
+      for (int m_0_2 = 0; m_0_2 < 4; ++m_0_2) {
         for (int n_0_2 = 0; n_0_2 < 2; ++n_0_2) {
-          int cse_v5 = ((m_0_2 * 2) + n_0_2);
-          nvcuda::wmma::mma_sync(acc_pad_shared_wmma_accumulator_ptr[((m_0_2 * 2) + n_0_2)], a_pad_shared_wmma_matrix_a_ptr[m_0_2], b_pad_shared_wmma_matrix_b_ptr[n_0_2], acc_pad_shared_wmma_accumulator_ptr[((m_0_2 * 2) + n_0_2)]);
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + (n_0_2 * 8)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + (n_0_2 * 8)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + ((n_0_2 * 8) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + ((n_0_2 * 8) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
+  }
         }
       }
     }
   }
-  int cse_v6 = ((((int)threadIdx.y) >> 1) * 2048);
-  for (int ax0_0_1 = 0; ax0_0_1 < 2; ++ax0_0_1) {
-    for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
-      nvcuda::wmma::store_matrix_sync((&(acc_pad_shared_ptr[(((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16))])), acc_pad_shared_wmma_accumulator_ptr[((ax0_0_1 * 2) + ax1_0_1)], 64, nvcuda::wmma::mem_row_major);
+  if ((65 <= K) && (65 <= K)) {
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
+    __syncthreads();
+    for (int k_0_1_1 = 0; k_0_1_1 < 2; ++k_0_1_1) {
+      for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_1 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_1 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_1 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_1 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_1 * 8)))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 1) & 3) * 4096) + (k_0_1_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_1 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_1 * 256) + (((int)threadIdx.x) * 8))))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_1 * 256) + (((int)threadIdx.x) * 8))))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_1 * 256) + (((int)threadIdx.x) * 8))))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_1 * 256) + (((int)threadIdx.x) * 8))))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int m_0_2_1 = 0; m_0_2_1 < 4; ++m_0_2_1) {
+        for (int n_0_2_1 = 0; n_0_2_1 < 2; ++n_0_2_1) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_1 * 256) + (((int)threadIdx.x) * 8))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_1 * 256) + (((int)threadIdx.x) * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_1 * 256) + (((int)threadIdx.x) * 8)) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_1 * 256) + (((int)threadIdx.x) * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((33 <= K) && (33 <= K)) {
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
+    __syncthreads();
+    for (int k_0_1_2 = 0; k_0_1_2 < 2; ++k_0_1_2) {
+      for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_2 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_2 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_2 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_2 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_2 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_2 * 8)))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 2) & 3) * 4096) + (k_0_1_2 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_2 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_2 * 256) + (((int)threadIdx.x) * 8))))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_2 * 256) + (((int)threadIdx.x) * 8))))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_2 * 256) + (((int)threadIdx.x) * 8))))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_2 * 256) + (((int)threadIdx.x) * 8))))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int m_0_2_2 = 0; m_0_2_2 < 4; ++m_0_2_2) {
+        for (int n_0_2_2 = 0; n_0_2_2 < 2; ++n_0_2_2) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_2 * 256) + (((int)threadIdx.x) * 8))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_2 * 256) + (((int)threadIdx.x) * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_2 * 256) + (((int)threadIdx.x) * 8)) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_2 * 256) + (((int)threadIdx.x) * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((1 <= K) && (1 <= K)) {
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
+    __syncthreads();
+    for (int k_0_1_3 = 0; k_0_1_3 < 2; ++k_0_1_3) {
+      for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_3 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_3 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_3 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_3 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_3 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_3 * 8)))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 3) & 3) * 4096) + (k_0_1_3 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_3 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_3 * 256) + (((int)threadIdx.x) * 8))))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_3 * 256) + (((int)threadIdx.x) * 8))))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_3 * 256) + (((int)threadIdx.x) * 8))))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_3 * 256) + (((int)threadIdx.x) * 8))))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int m_0_2_3 = 0; m_0_2_3 < 4; ++m_0_2_3) {
+        for (int n_0_2_3 = 0; n_0_2_3 < 2; ++n_0_2_3) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_3 * 256) + (((int)threadIdx.x) * 8))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_3 * 256) + (((int)threadIdx.x) * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_3 * 256) + (((int)threadIdx.x) * 8)) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_3 * 256) + (((int)threadIdx.x) * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3]));
+  }
+        }
+      }
     }
   }
   __syncthreads();
-  for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 32; ++ax0_ax1_fused_0_2) {
-    int cse_v11 = (((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2);
-    if (((((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2) < M) && ((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x)) < N)) {
-      c_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2) * N)) + ((int)threadIdx.x))] = acc_pad_shared_ptr[(((((((int)threadIdx.y) >> 1) * 2048) + (ax0_ax1_fused_0_2 * 64)) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x))];
+  for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+    for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
+      for (int local_id = 0; local_id < 8; ++local_id) {
+        ((float*)buf_dyn_shmem_ptr)[((((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + (((local_id & 3) >> 1) * 1024)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((local_id >> 2) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + (local_id & 1))] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + local_id)];
+      }
+    }
+  }
+  __syncthreads();
+  for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 64; ++ax0_ax1_fused_0_8) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < ((N >> 3) * 8))) {
+      c_v_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * (N >> 3)) * 8)) + ((int)threadIdx.x))] = ((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_8 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))];
     }
   }
 }
 
-extern "C" __global__ void __launch_bounds__(128) fg_matmul_float16__addend_kernel(half* __restrict__ a_ptr, float* __restrict__ addend_ptr, half* __restrict__ b_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int addend_s0, int b_s0) {
-  nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> acc_pad_shared_wmma_accumulator_ptr[4];
-  __shared__ alignas(64) half a_pad_shared_ptr[2560];
-  __shared__ alignas(64) half b_pad_shared_ptr[2304];
-  nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, half, nvcuda::wmma::row_major> a_pad_shared_wmma_matrix_a_ptr[2];
-  nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, half, nvcuda::wmma::row_major> b_pad_shared_wmma_matrix_b_ptr[2];
-  __shared__ alignas(64) float acc_pad_shared_ptr[4096];
-  for (int m_0_2_init = 0; m_0_2_init < 2; ++m_0_2_init) {
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float16__none_kernel_1(half* __restrict__ a_ptr, half* __restrict__ b_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int b_s0) {
+  extern __shared__ __align__(64) uchar buf_dyn_shmem_ptr[];
+  alignas(64) float acc_pad_shared_dyn_warp_1_ptr[64];
+  alignas(64) half a_pad_shared_dyn_warp_1_ptr[32];
+  alignas(64) half b_pad_shared_dyn_warp_1_ptr[16];
+  alignas(64) half a_pad_shared_dyn_warp_1_ptr_1[32];
+  alignas(64) half b_pad_shared_dyn_warp_1_ptr_1[512];
+  for (int m_0_2_init = 0; m_0_2_init < 4; ++m_0_2_init) {
     for (int n_0_2_init = 0; n_0_2_init < 2; ++n_0_2_init) {
-      nvcuda::wmma::fill_fragment(acc_pad_shared_wmma_accumulator_ptr[((m_0_2_init * 2) + n_0_2_init)], 0x0p+0f/*0.000000e+00*/);
+      for (int i = 0; i < 8; ++i) {
+acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
+;
     }
   }
-  int cse_v1 = (((int)blockIdx.y) * 64);
-  int cse_v3 = (((int)threadIdx.y) >> 1);
-  int cse_v4 = ((((int)threadIdx.y) & 1) * 32);
-  int cse_v9 = ((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32));
-  int cse_v10 = (((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x));
-  for (int k_0_0 = 0; k_0_0 < ((K + 31) >> 5); ++k_0_0) {
-    int cse_v2 = (k_0_0 * 32);
-    __syncthreads();
+  if (0 < K) {
     for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 16; ++ax0_ax1_fused_0) {
-      int cse_v7 = (((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 4)) + ((int)threadIdx.y));
       half condval;
-      if (((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 4)) + ((int)threadIdx.y)) < M) && (((k_0_0 * 32) + ((int)threadIdx.x)) < K)) {
-        condval = a_ptr[(((k_0_0 * 32) + ((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 4)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x))];
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) < M) && (((int)threadIdx.x) < K)) {
+        condval = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
       } else {
         condval = __float2half_rn(0x0p+0f/*0.000000e+00*/);
       }
-      a_pad_shared_ptr[(((ax0_ax1_fused_0 * 160) + (((int)threadIdx.y) * 40)) + ((int)threadIdx.x))] = condval;
+      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 16384)] = condval;
     }
+  }
+  if (0 < K) {
     for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 16; ++ax0_ax1_fused_0_1) {
-      int cse_v8 = (((k_0_0 * 32) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1));
       half condval_1;
-      if (((((k_0_0 * 32) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) < K) && ((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x)) < N)) {
-        condval_1 = b_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((k_0_0 * 32) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) * b_s0)) + ((int)threadIdx.x))];
+      if ((((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+        condval_1 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
       } else {
         condval_1 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
       }
-      b_pad_shared_ptr[((((ax0_ax1_fused_0_1 * 144) + ((((int)threadIdx.y) >> 1) * 72)) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x))] = condval_1;
+      ((half*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_1 * 256) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_1 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7))] = condval_1;
+    }
+  }
+  if (32 < K) {
+    for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 16; ++ax0_ax1_fused_0_2) {
+      half condval_2;
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 32) < K)) {
+        condval_2 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
+      } else {
+        condval_2 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+      }
+      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_2 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 20480)] = condval_2;
+    }
+  }
+  if (32 < K) {
+    for (int ax0_ax1_fused_0_3 = 0; ax0_ax1_fused_0_3 < 16; ++ax0_ax1_fused_0_3) {
+      half condval_3;
+      if (((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+        condval_3 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
+      } else {
+        condval_3 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+      }
+      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_3 * 256) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_3 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7)) + 4096)] = condval_3;
+    }
+  }
+  if (64 < K) {
+    for (int ax0_ax1_fused_0_4 = 0; ax0_ax1_fused_0_4 < 16; ++ax0_ax1_fused_0_4) {
+      half condval_4;
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 64) < K)) {
+        condval_4 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
+      } else {
+        condval_4 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+      }
+      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_4 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 24576)] = condval_4;
+    }
+  }
+  if (64 < K) {
+    for (int ax0_ax1_fused_0_5 = 0; ax0_ax1_fused_0_5 < 16; ++ax0_ax1_fused_0_5) {
+      half condval_5;
+      if (((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+        condval_5 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
+      } else {
+        condval_5 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+      }
+      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_5 * 256) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_5 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7)) + 8192)] = condval_5;
+    }
+  }
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
+    __syncthreads();
+    for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 16; ++ax0_ax1_fused_0_6) {
+      half condval_6;
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) < M) && ((((k_0_0 * 32) + ((int)threadIdx.x)) + 96) < K)) {
+        condval_6 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
+      } else {
+        condval_6 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+      }
+      ((half*)buf_dyn_shmem_ptr)[((((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_6 * 256)) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 16384)] = condval_6;
+    }
+    for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 16; ++ax0_ax1_fused_0_7) {
+      half condval_7;
+      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+        condval_7 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+      } else {
+        condval_7 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+      }
+      ((half*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_7 * 256)) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_7 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7))] = condval_7;
     }
     __syncthreads();
     for (int k_0_1 = 0; k_0_1 < 2; ++k_0_1) {
-      for (int ax0_0 = 0; ax0_0 < 2; ++ax0_0) {
-        nvcuda::wmma::load_matrix_sync(a_pad_shared_wmma_matrix_a_ptr[ax0_0], (&(a_pad_shared_ptr[((((((int)threadIdx.y) >> 1) * 1280) + (ax0_0 * 640)) + (k_0_1 * 16))])), 40);
+      for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (ax0_0 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (ax0_0 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (ax0_0 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (ax0_0 * 8)))[3])
+      : "r"(addr)
+    );
+  }
       }
       for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
-        nvcuda::wmma::load_matrix_sync(b_pad_shared_wmma_matrix_b_ptr[ax1_0], (&(b_pad_shared_ptr[(((k_0_1 * 1152) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0 * 16))])), 72);
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((k_0_0 & 3) * 4096) + (k_0_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + (ax1_0 * 8)))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + (ax1_0 * 8)))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + (ax1_0 * 8)))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + (ax1_0 * 8)))[3])
+      : "r"(addr)
+    );
+  }
       }
-      for (int m_0_2 = 0; m_0_2 < 2; ++m_0_2) {
+      for (int m_0_2 = 0; m_0_2 < 4; ++m_0_2) {
         for (int n_0_2 = 0; n_0_2 < 2; ++n_0_2) {
-          int cse_v5 = ((m_0_2 * 2) + n_0_2);
-          nvcuda::wmma::mma_sync(acc_pad_shared_wmma_accumulator_ptr[((m_0_2 * 2) + n_0_2)], a_pad_shared_wmma_matrix_a_ptr[m_0_2], b_pad_shared_wmma_matrix_b_ptr[n_0_2], acc_pad_shared_wmma_accumulator_ptr[((m_0_2 * 2) + n_0_2)]);
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + (n_0_2 * 8)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + (n_0_2 * 8)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + ((n_0_2 * 8) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + ((n_0_2 * 8) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
+  }
         }
       }
     }
   }
-  int cse_v6 = ((((int)threadIdx.y) >> 1) * 2048);
-  for (int ax0_0_1 = 0; ax0_0_1 < 2; ++ax0_0_1) {
-    for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
-      nvcuda::wmma::store_matrix_sync((&(acc_pad_shared_ptr[(((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16))])), acc_pad_shared_wmma_accumulator_ptr[((ax0_0_1 * 2) + ax1_0_1)], 64, nvcuda::wmma::mem_row_major);
+  if ((65 <= K) && (65 <= K)) {
+    for (int k_0_1_1 = 0; k_0_1_1 < 2; ++k_0_1_1) {
+      for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_1 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_1 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_1 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_1 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_1 * 8)))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 1) & 3) * 4096) + (k_0_1_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_1 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_1 * 256) + (((int)threadIdx.x) * 8))))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_1 * 256) + (((int)threadIdx.x) * 8))))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_1 * 256) + (((int)threadIdx.x) * 8))))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_1 * 256) + (((int)threadIdx.x) * 8))))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int m_0_2_1 = 0; m_0_2_1 < 4; ++m_0_2_1) {
+        for (int n_0_2_1 = 0; n_0_2_1 < 2; ++n_0_2_1) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_1 * 256) + (((int)threadIdx.x) * 8))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_1 * 256) + (((int)threadIdx.x) * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_1 * 256) + (((int)threadIdx.x) * 8)) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_1 * 256) + (((int)threadIdx.x) * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((33 <= K) && (33 <= K)) {
+    for (int k_0_1_2 = 0; k_0_1_2 < 2; ++k_0_1_2) {
+      for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_2 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_2 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_2 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_2 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_2 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_2 * 8)))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 2) & 3) * 4096) + (k_0_1_2 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_2 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_2 * 256) + (((int)threadIdx.x) * 8))))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_2 * 256) + (((int)threadIdx.x) * 8))))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_2 * 256) + (((int)threadIdx.x) * 8))))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_2 * 256) + (((int)threadIdx.x) * 8))))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int m_0_2_2 = 0; m_0_2_2 < 4; ++m_0_2_2) {
+        for (int n_0_2_2 = 0; n_0_2_2 < 2; ++n_0_2_2) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_2 * 256) + (((int)threadIdx.x) * 8))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_2 * 256) + (((int)threadIdx.x) * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_2 * 256) + (((int)threadIdx.x) * 8)) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_2 * 256) + (((int)threadIdx.x) * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((1 <= K) && (1 <= K)) {
+    for (int k_0_1_3 = 0; k_0_1_3 < 2; ++k_0_1_3) {
+      for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_3 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_3 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_3 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_3 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_3 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_3 * 8)))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 3) & 3) * 4096) + (k_0_1_3 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_3 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_3 * 256) + (((int)threadIdx.x) * 8))))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_3 * 256) + (((int)threadIdx.x) * 8))))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_3 * 256) + (((int)threadIdx.x) * 8))))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_3 * 256) + (((int)threadIdx.x) * 8))))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int m_0_2_3 = 0; m_0_2_3 < 4; ++m_0_2_3) {
+        for (int n_0_2_3 = 0; n_0_2_3 < 2; ++n_0_2_3) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_3 * 256) + (((int)threadIdx.x) * 8))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_3 * 256) + (((int)threadIdx.x) * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_3 * 256) + (((int)threadIdx.x) * 8)) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_3 * 256) + (((int)threadIdx.x) * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3]));
+  }
+        }
+      }
     }
   }
   __syncthreads();
-  for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 32; ++ax0_ax1_fused_0_2) {
-    int cse_v11 = (((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2);
-    if (((((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2) < M) && ((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x)) < N)) {
-      c_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2) * N)) + ((int)threadIdx.x))] = (acc_pad_shared_ptr[(((((((int)threadIdx.y) >> 1) * 2048) + (ax0_ax1_fused_0_2 * 64)) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x))] + addend_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2) * addend_s0)) + ((int)threadIdx.x))]);
+  for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+    for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
+      for (int local_id = 0; local_id < 8; ++local_id) {
+        ((float*)buf_dyn_shmem_ptr)[((((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + (((local_id & 3) >> 1) * 1024)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((local_id >> 2) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + (local_id & 1))] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + local_id)];
+      }
+    }
+  }
+  __syncthreads();
+  for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 64; ++ax0_ax1_fused_0_8) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+      c_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * N)) + ((int)threadIdx.x))] = ((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_8 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))];
     }
   }
 }
 
-extern "C" __global__ void __launch_bounds__(128) fg_matmul_float16__bias_kernel(half* __restrict__ a_ptr, half* __restrict__ b_ptr, float* __restrict__ bias_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int b_s0) {
-  nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> acc_pad_shared_wmma_accumulator_ptr[4];
-  __shared__ alignas(64) half a_pad_shared_ptr[2560];
-  __shared__ alignas(64) half b_pad_shared_ptr[2304];
-  nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, half, nvcuda::wmma::row_major> a_pad_shared_wmma_matrix_a_ptr[2];
-  nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, half, nvcuda::wmma::row_major> b_pad_shared_wmma_matrix_b_ptr[2];
-  __shared__ alignas(64) float acc_pad_shared_ptr[4096];
-  for (int m_0_2_init = 0; m_0_2_init < 2; ++m_0_2_init) {
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float16__addend_kernel(half* __restrict__ a_v_ptr, float* __restrict__ addend_ptr, half* __restrict__ b_v_ptr, float* __restrict__ c_v_ptr, int K, int M, int N, int a_s0, int addend_s0, int b_s0) {
+  extern __shared__ __align__(64) uchar buf_dyn_shmem_ptr[];
+  alignas(64) float acc_pad_shared_dyn_warp_ptr[64];
+  alignas(64) half a_pad_shared_dyn_warp_ptr[32];
+  alignas(64) half b_pad_shared_dyn_warp_ptr[16];
+  alignas(64) half a_pad_shared_dyn_warp_ptr_1[32];
+  alignas(64) half b_pad_shared_dyn_warp_ptr_1[512];
+  for (int m_0_2_init = 0; m_0_2_init < 4; ++m_0_2_init) {
     for (int n_0_2_init = 0; n_0_2_init < 2; ++n_0_2_init) {
-      nvcuda::wmma::fill_fragment(acc_pad_shared_wmma_accumulator_ptr[((m_0_2_init * 2) + n_0_2_init)], 0x0p+0f/*0.000000e+00*/);
+      for (int i = 0; i < 8; ++i) {
+acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
+;
     }
   }
-  int cse_v1 = (((int)blockIdx.y) * 64);
-  int cse_v3 = (((int)threadIdx.y) >> 1);
-  int cse_v4 = ((((int)threadIdx.y) & 1) * 32);
-  int cse_v9 = ((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32));
-  int cse_v10 = (((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x));
-  for (int k_0_0 = 0; k_0_0 < ((K + 31) >> 5); ++k_0_0) {
-    int cse_v2 = (k_0_0 * 32);
+  if (0 < K) {
+    for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 2; ++ax0_ax1_fused_0) {
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 16384), a_v_ptr, (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < 0)));
+    }
+    for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 2; ++ax0_ax1_fused_0_1) {
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, ((((ax0_ax1_fused_0_1 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((((ax0_ax1_fused_0_1 * 16) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), (((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < 0) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
+    }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
+  }
+  if (32 < K) {
+    for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 2; ++ax0_ax1_fused_0_2) {
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_2 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 20480), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 32), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -4)));
+    }
+    for (int ax0_ax1_fused_0_3 = 0; ax0_ax1_fused_0_3 < 2; ++ax0_ax1_fused_0_3) {
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_3 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)) + 4096), b_v_ptr, (((((int)blockIdx.x) * 128) + ((((((ax0_ax1_fused_0_3 * 16) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 32) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -16) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
+    }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
+  }
+  if (64 < K) {
+    for (int ax0_ax1_fused_0_4 = 0; ax0_ax1_fused_0_4 < 2; ++ax0_ax1_fused_0_4) {
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_4 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 24576), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 64), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -8)));
+    }
+    for (int ax0_ax1_fused_0_5 = 0; ax0_ax1_fused_0_5 < 2; ++ax0_ax1_fused_0_5) {
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_5 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)) + 8192), b_v_ptr, (((((int)blockIdx.x) * 128) + ((((((ax0_ax1_fused_0_5 * 16) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 64) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -32) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
+    }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
+  }
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
     __syncthreads();
-    for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 16; ++ax0_ax1_fused_0) {
-      int cse_v7 = (((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 4)) + ((int)threadIdx.y));
-      half condval;
-      if (((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 4)) + ((int)threadIdx.y)) < M) && (((k_0_0 * 32) + ((int)threadIdx.x)) < K)) {
-        condval = a_ptr[(((k_0_0 * 32) + ((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 4)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x))];
-      } else {
-        condval = __float2half_rn(0x0p+0f/*0.000000e+00*/);
-      }
-      a_pad_shared_ptr[(((ax0_ax1_fused_0 * 160) + (((int)threadIdx.y) * 40)) + ((int)threadIdx.x))] = condval;
+    for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 2; ++ax0_ax1_fused_0_6) {
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, ((((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_6 * 2048)) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 16384), a_v_ptr, ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 3) * 8)) + 96), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && ((((k_0_0 * 4) + (((int)threadIdx.x) & 3)) - (K >> 3)) < -12)));
     }
-    for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 16; ++ax0_ax1_fused_0_1) {
-      int cse_v8 = (((k_0_0 * 32) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1));
-      half condval_1;
-      if (((((k_0_0 * 32) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) < K) && ((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x)) < N)) {
-        condval_1 = b_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((k_0_0 * 32) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) * b_s0)) + ((int)threadIdx.x))];
-      } else {
-        condval_1 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
-      }
-      b_pad_shared_ptr[((((ax0_ax1_fused_0_1 * 144) + ((((int)threadIdx.y) >> 1) * 72)) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x))] = condval_1;
+    for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 2; ++ax0_ax1_fused_0_7) {
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_7 * 2048)) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 16)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 96) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), ((((((k_0_0 * 16) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -48) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
     }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_3();
     __syncthreads();
     for (int k_0_1 = 0; k_0_1 < 2; ++k_0_1) {
-      for (int ax0_0 = 0; ax0_0 < 2; ++ax0_0) {
-        nvcuda::wmma::load_matrix_sync(a_pad_shared_wmma_matrix_a_ptr[ax0_0], (&(a_pad_shared_ptr[((((((int)threadIdx.y) >> 1) * 1280) + (ax0_0 * 640)) + (k_0_1 * 16))])), 40);
+      for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (ax0_0 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (ax0_0 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (ax0_0 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (ax0_0 * 8)))[3])
+      : "r"(addr)
+    );
+  }
       }
       for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
-        nvcuda::wmma::load_matrix_sync(b_pad_shared_wmma_matrix_b_ptr[ax1_0], (&(b_pad_shared_ptr[(((k_0_1 * 1152) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0 * 16))])), 72);
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((k_0_0 & 3) * 4096) + (k_0_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + (ax1_0 * 8)))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + (ax1_0 * 8)))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + (ax1_0 * 8)))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + (ax1_0 * 8)))[3])
+      : "r"(addr)
+    );
+  }
       }
-      for (int m_0_2 = 0; m_0_2 < 2; ++m_0_2) {
+      for (int m_0_2 = 0; m_0_2 < 4; ++m_0_2) {
         for (int n_0_2 = 0; n_0_2 < 2; ++n_0_2) {
-          int cse_v5 = ((m_0_2 * 2) + n_0_2);
-          nvcuda::wmma::mma_sync(acc_pad_shared_wmma_accumulator_ptr[((m_0_2 * 2) + n_0_2)], a_pad_shared_wmma_matrix_a_ptr[m_0_2], b_pad_shared_wmma_matrix_b_ptr[n_0_2], acc_pad_shared_wmma_accumulator_ptr[((m_0_2 * 2) + n_0_2)]);
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + (n_0_2 * 8)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + (n_0_2 * 8)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + ((n_0_2 * 8) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + ((n_0_2 * 8) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
+  }
         }
       }
     }
   }
-  int cse_v6 = ((((int)threadIdx.y) >> 1) * 2048);
-  for (int ax0_0_1 = 0; ax0_0_1 < 2; ++ax0_0_1) {
-    for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
-      nvcuda::wmma::store_matrix_sync((&(acc_pad_shared_ptr[(((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16))])), acc_pad_shared_wmma_accumulator_ptr[((ax0_0_1 * 2) + ax1_0_1)], 64, nvcuda::wmma::mem_row_major);
+  if ((65 <= K) && (65 <= K)) {
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
+    __syncthreads();
+    for (int k_0_1_1 = 0; k_0_1_1 < 2; ++k_0_1_1) {
+      for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_1 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_1 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_1 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_1 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_1 * 8)))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 1) & 3) * 4096) + (k_0_1_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_1 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_1 * 256) + (((int)threadIdx.x) * 8))))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_1 * 256) + (((int)threadIdx.x) * 8))))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_1 * 256) + (((int)threadIdx.x) * 8))))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_1 * 256) + (((int)threadIdx.x) * 8))))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int m_0_2_1 = 0; m_0_2_1 < 4; ++m_0_2_1) {
+        for (int n_0_2_1 = 0; n_0_2_1 < 2; ++n_0_2_1) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_1 * 256) + (((int)threadIdx.x) * 8))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_1 * 256) + (((int)threadIdx.x) * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_1 * 256) + (((int)threadIdx.x) * 8)) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_1 * 256) + (((int)threadIdx.x) * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((33 <= K) && (33 <= K)) {
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
+    __syncthreads();
+    for (int k_0_1_2 = 0; k_0_1_2 < 2; ++k_0_1_2) {
+      for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_2 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_2 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_2 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_2 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_2 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_2 * 8)))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 2) & 3) * 4096) + (k_0_1_2 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_2 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_2 * 256) + (((int)threadIdx.x) * 8))))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_2 * 256) + (((int)threadIdx.x) * 8))))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_2 * 256) + (((int)threadIdx.x) * 8))))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_2 * 256) + (((int)threadIdx.x) * 8))))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int m_0_2_2 = 0; m_0_2_2 < 4; ++m_0_2_2) {
+        for (int n_0_2_2 = 0; n_0_2_2 < 2; ++n_0_2_2) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_2 * 256) + (((int)threadIdx.x) * 8))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_2 * 256) + (((int)threadIdx.x) * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_2 * 256) + (((int)threadIdx.x) * 8)) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_2 * 256) + (((int)threadIdx.x) * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((1 <= K) && (1 <= K)) {
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
+    __syncthreads();
+    for (int k_0_1_3 = 0; k_0_1_3 < 2; ++k_0_1_3) {
+      for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_3 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_3 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_3 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_3 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_3 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_3 * 8)))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 3) & 3) * 4096) + (k_0_1_3 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_3 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_3 * 256) + (((int)threadIdx.x) * 8))))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_3 * 256) + (((int)threadIdx.x) * 8))))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_3 * 256) + (((int)threadIdx.x) * 8))))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_3 * 256) + (((int)threadIdx.x) * 8))))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int m_0_2_3 = 0; m_0_2_3 < 4; ++m_0_2_3) {
+        for (int n_0_2_3 = 0; n_0_2_3 < 2; ++n_0_2_3) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_3 * 256) + (((int)threadIdx.x) * 8))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_3 * 256) + (((int)threadIdx.x) * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_3 * 256) + (((int)threadIdx.x) * 8)) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_3 * 256) + (((int)threadIdx.x) * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3]));
+  }
+        }
+      }
     }
   }
   __syncthreads();
-  for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 32; ++ax0_ax1_fused_0_2) {
-    int cse_v11 = (((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2);
-    if (((((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2) < M) && ((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x)) < N)) {
-      c_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2) * N)) + ((int)threadIdx.x))] = (acc_pad_shared_ptr[(((((((int)threadIdx.y) >> 1) * 2048) + (ax0_ax1_fused_0_2 * 64)) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x))] + bias_ptr[(((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x))]);
+  for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+    for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
+      for (int local_id = 0; local_id < 8; ++local_id) {
+        ((float*)buf_dyn_shmem_ptr)[((((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + (((local_id & 3) >> 1) * 1024)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((local_id >> 2) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + (local_id & 1))] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + local_id)];
+      }
+    }
+  }
+  __syncthreads();
+  for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 64; ++ax0_ax1_fused_0_8) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < ((N >> 3) * 8))) {
+      c_v_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * (N >> 3)) * 8)) + ((int)threadIdx.x))] = (((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_8 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + addend_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * addend_s0)) + ((int)threadIdx.x))]);
     }
   }
 }
 
-extern "C" __global__ void __launch_bounds__(128) fg_matmul_float16__addend_bias_kernel(half* __restrict__ a_ptr, float* __restrict__ addend_ptr, half* __restrict__ b_ptr, float* __restrict__ bias_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int addend_s0, int b_s0) {
-  nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> acc_pad_shared_wmma_accumulator_ptr[4];
-  __shared__ alignas(64) half a_pad_shared_ptr[2560];
-  __shared__ alignas(64) half b_pad_shared_ptr[2304];
-  nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, half, nvcuda::wmma::row_major> a_pad_shared_wmma_matrix_a_ptr[2];
-  nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, half, nvcuda::wmma::row_major> b_pad_shared_wmma_matrix_b_ptr[2];
-  __shared__ alignas(64) float acc_pad_shared_ptr[4096];
-  for (int m_0_2_init = 0; m_0_2_init < 2; ++m_0_2_init) {
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float16__addend_kernel_1(half* __restrict__ a_ptr, float* __restrict__ addend_ptr, half* __restrict__ b_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int addend_s0, int b_s0) {
+  extern __shared__ __align__(64) uchar buf_dyn_shmem_ptr[];
+  alignas(64) float acc_pad_shared_dyn_warp_1_ptr[64];
+  alignas(64) half a_pad_shared_dyn_warp_1_ptr[32];
+  alignas(64) half b_pad_shared_dyn_warp_1_ptr[16];
+  alignas(64) half a_pad_shared_dyn_warp_1_ptr_1[32];
+  alignas(64) half b_pad_shared_dyn_warp_1_ptr_1[512];
+  for (int m_0_2_init = 0; m_0_2_init < 4; ++m_0_2_init) {
     for (int n_0_2_init = 0; n_0_2_init < 2; ++n_0_2_init) {
-      nvcuda::wmma::fill_fragment(acc_pad_shared_wmma_accumulator_ptr[((m_0_2_init * 2) + n_0_2_init)], 0x0p+0f/*0.000000e+00*/);
+      for (int i = 0; i < 8; ++i) {
+acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
+;
     }
   }
-  int cse_v1 = (((int)blockIdx.y) * 64);
-  int cse_v3 = (((int)threadIdx.y) >> 1);
-  int cse_v4 = ((((int)threadIdx.y) & 1) * 32);
-  int cse_v9 = ((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32));
-  int cse_v10 = (((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x));
-  for (int k_0_0 = 0; k_0_0 < ((K + 31) >> 5); ++k_0_0) {
-    int cse_v2 = (k_0_0 * 32);
-    __syncthreads();
+  if (0 < K) {
     for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 16; ++ax0_ax1_fused_0) {
-      int cse_v7 = (((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 4)) + ((int)threadIdx.y));
       half condval;
-      if (((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 4)) + ((int)threadIdx.y)) < M) && (((k_0_0 * 32) + ((int)threadIdx.x)) < K)) {
-        condval = a_ptr[(((k_0_0 * 32) + ((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 4)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x))];
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) < M) && (((int)threadIdx.x) < K)) {
+        condval = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
       } else {
         condval = __float2half_rn(0x0p+0f/*0.000000e+00*/);
       }
-      a_pad_shared_ptr[(((ax0_ax1_fused_0 * 160) + (((int)threadIdx.y) * 40)) + ((int)threadIdx.x))] = condval;
+      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 16384)] = condval;
     }
+  }
+  if (0 < K) {
     for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 16; ++ax0_ax1_fused_0_1) {
-      int cse_v8 = (((k_0_0 * 32) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1));
       half condval_1;
-      if (((((k_0_0 * 32) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) < K) && ((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x)) < N)) {
-        condval_1 = b_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((k_0_0 * 32) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) * b_s0)) + ((int)threadIdx.x))];
+      if ((((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+        condval_1 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
       } else {
         condval_1 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
       }
-      b_pad_shared_ptr[((((ax0_ax1_fused_0_1 * 144) + ((((int)threadIdx.y) >> 1) * 72)) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x))] = condval_1;
+      ((half*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_1 * 256) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_1 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7))] = condval_1;
+    }
+  }
+  if (32 < K) {
+    for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 16; ++ax0_ax1_fused_0_2) {
+      half condval_2;
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 32) < K)) {
+        condval_2 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
+      } else {
+        condval_2 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+      }
+      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_2 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 20480)] = condval_2;
+    }
+  }
+  if (32 < K) {
+    for (int ax0_ax1_fused_0_3 = 0; ax0_ax1_fused_0_3 < 16; ++ax0_ax1_fused_0_3) {
+      half condval_3;
+      if (((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+        condval_3 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
+      } else {
+        condval_3 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+      }
+      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_3 * 256) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_3 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7)) + 4096)] = condval_3;
+    }
+  }
+  if (64 < K) {
+    for (int ax0_ax1_fused_0_4 = 0; ax0_ax1_fused_0_4 < 16; ++ax0_ax1_fused_0_4) {
+      half condval_4;
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 64) < K)) {
+        condval_4 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
+      } else {
+        condval_4 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+      }
+      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_4 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 24576)] = condval_4;
+    }
+  }
+  if (64 < K) {
+    for (int ax0_ax1_fused_0_5 = 0; ax0_ax1_fused_0_5 < 16; ++ax0_ax1_fused_0_5) {
+      half condval_5;
+      if (((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+        condval_5 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
+      } else {
+        condval_5 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+      }
+      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_5 * 256) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_5 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7)) + 8192)] = condval_5;
+    }
+  }
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
+    __syncthreads();
+    for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 16; ++ax0_ax1_fused_0_6) {
+      half condval_6;
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) < M) && ((((k_0_0 * 32) + ((int)threadIdx.x)) + 96) < K)) {
+        condval_6 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
+      } else {
+        condval_6 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+      }
+      ((half*)buf_dyn_shmem_ptr)[((((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_6 * 256)) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 16384)] = condval_6;
+    }
+    for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 16; ++ax0_ax1_fused_0_7) {
+      half condval_7;
+      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+        condval_7 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+      } else {
+        condval_7 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+      }
+      ((half*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_7 * 256)) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_7 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7))] = condval_7;
     }
     __syncthreads();
     for (int k_0_1 = 0; k_0_1 < 2; ++k_0_1) {
-      for (int ax0_0 = 0; ax0_0 < 2; ++ax0_0) {
-        nvcuda::wmma::load_matrix_sync(a_pad_shared_wmma_matrix_a_ptr[ax0_0], (&(a_pad_shared_ptr[((((((int)threadIdx.y) >> 1) * 1280) + (ax0_0 * 640)) + (k_0_1 * 16))])), 40);
+      for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (ax0_0 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (ax0_0 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (ax0_0 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (ax0_0 * 8)))[3])
+      : "r"(addr)
+    );
+  }
       }
       for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
-        nvcuda::wmma::load_matrix_sync(b_pad_shared_wmma_matrix_b_ptr[ax1_0], (&(b_pad_shared_ptr[(((k_0_1 * 1152) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0 * 16))])), 72);
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((k_0_0 & 3) * 4096) + (k_0_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + (ax1_0 * 8)))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + (ax1_0 * 8)))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + (ax1_0 * 8)))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + (ax1_0 * 8)))[3])
+      : "r"(addr)
+    );
+  }
       }
-      for (int m_0_2 = 0; m_0_2 < 2; ++m_0_2) {
+      for (int m_0_2 = 0; m_0_2 < 4; ++m_0_2) {
         for (int n_0_2 = 0; n_0_2 < 2; ++n_0_2) {
-          int cse_v5 = ((m_0_2 * 2) + n_0_2);
-          nvcuda::wmma::mma_sync(acc_pad_shared_wmma_accumulator_ptr[((m_0_2 * 2) + n_0_2)], a_pad_shared_wmma_matrix_a_ptr[m_0_2], b_pad_shared_wmma_matrix_b_ptr[n_0_2], acc_pad_shared_wmma_accumulator_ptr[((m_0_2 * 2) + n_0_2)]);
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + (n_0_2 * 8)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + (n_0_2 * 8)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + ((n_0_2 * 8) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + ((n_0_2 * 8) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
+  }
         }
       }
     }
   }
-  int cse_v6 = ((((int)threadIdx.y) >> 1) * 2048);
-  for (int ax0_0_1 = 0; ax0_0_1 < 2; ++ax0_0_1) {
-    for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
-      nvcuda::wmma::store_matrix_sync((&(acc_pad_shared_ptr[(((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16))])), acc_pad_shared_wmma_accumulator_ptr[((ax0_0_1 * 2) + ax1_0_1)], 64, nvcuda::wmma::mem_row_major);
+  if ((65 <= K) && (65 <= K)) {
+    for (int k_0_1_1 = 0; k_0_1_1 < 2; ++k_0_1_1) {
+      for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_1 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_1 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_1 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_1 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_1 * 8)))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 1) & 3) * 4096) + (k_0_1_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_1 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_1 * 256) + (((int)threadIdx.x) * 8))))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_1 * 256) + (((int)threadIdx.x) * 8))))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_1 * 256) + (((int)threadIdx.x) * 8))))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_1 * 256) + (((int)threadIdx.x) * 8))))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int m_0_2_1 = 0; m_0_2_1 < 4; ++m_0_2_1) {
+        for (int n_0_2_1 = 0; n_0_2_1 < 2; ++n_0_2_1) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_1 * 256) + (((int)threadIdx.x) * 8))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_1 * 256) + (((int)threadIdx.x) * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_1 * 256) + (((int)threadIdx.x) * 8)) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_1 * 256) + (((int)threadIdx.x) * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((33 <= K) && (33 <= K)) {
+    for (int k_0_1_2 = 0; k_0_1_2 < 2; ++k_0_1_2) {
+      for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_2 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_2 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_2 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_2 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_2 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_2 * 8)))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 2) & 3) * 4096) + (k_0_1_2 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_2 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_2 * 256) + (((int)threadIdx.x) * 8))))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_2 * 256) + (((int)threadIdx.x) * 8))))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_2 * 256) + (((int)threadIdx.x) * 8))))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_2 * 256) + (((int)threadIdx.x) * 8))))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int m_0_2_2 = 0; m_0_2_2 < 4; ++m_0_2_2) {
+        for (int n_0_2_2 = 0; n_0_2_2 < 2; ++n_0_2_2) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_2 * 256) + (((int)threadIdx.x) * 8))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_2 * 256) + (((int)threadIdx.x) * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_2 * 256) + (((int)threadIdx.x) * 8)) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_2 * 256) + (((int)threadIdx.x) * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((1 <= K) && (1 <= K)) {
+    for (int k_0_1_3 = 0; k_0_1_3 < 2; ++k_0_1_3) {
+      for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_3 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_3 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_3 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_3 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_3 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_3 * 8)))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 3) & 3) * 4096) + (k_0_1_3 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_3 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_3 * 256) + (((int)threadIdx.x) * 8))))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_3 * 256) + (((int)threadIdx.x) * 8))))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_3 * 256) + (((int)threadIdx.x) * 8))))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_3 * 256) + (((int)threadIdx.x) * 8))))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int m_0_2_3 = 0; m_0_2_3 < 4; ++m_0_2_3) {
+        for (int n_0_2_3 = 0; n_0_2_3 < 2; ++n_0_2_3) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_3 * 256) + (((int)threadIdx.x) * 8))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_3 * 256) + (((int)threadIdx.x) * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_3 * 256) + (((int)threadIdx.x) * 8)) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_3 * 256) + (((int)threadIdx.x) * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3]));
+  }
+        }
+      }
     }
   }
   __syncthreads();
-  for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 32; ++ax0_ax1_fused_0_2) {
-    int cse_v11 = (((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2);
-    if (((((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2) < M) && ((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x)) < N)) {
-      c_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2) * N)) + ((int)threadIdx.x))] = ((acc_pad_shared_ptr[(((((((int)threadIdx.y) >> 1) * 2048) + (ax0_ax1_fused_0_2 * 64)) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x))] + bias_ptr[(((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x))]) + addend_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2) * addend_s0)) + ((int)threadIdx.x))]);
+  for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+    for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
+      for (int local_id = 0; local_id < 8; ++local_id) {
+        ((float*)buf_dyn_shmem_ptr)[((((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + (((local_id & 3) >> 1) * 1024)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((local_id >> 2) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + (local_id & 1))] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + local_id)];
+      }
+    }
+  }
+  __syncthreads();
+  for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 64; ++ax0_ax1_fused_0_8) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+      c_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * N)) + ((int)threadIdx.x))] = (((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_8 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + addend_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * addend_s0)) + ((int)threadIdx.x))]);
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float16__bias_kernel(half* __restrict__ a_v_ptr, half* __restrict__ b_v_ptr, float* __restrict__ bias_ptr, float* __restrict__ c_v_ptr, int K, int M, int N, int a_s0, int b_s0) {
+  extern __shared__ __align__(64) uchar buf_dyn_shmem_ptr[];
+  alignas(64) float acc_pad_shared_dyn_warp_ptr[64];
+  alignas(64) half a_pad_shared_dyn_warp_ptr[32];
+  alignas(64) half b_pad_shared_dyn_warp_ptr[16];
+  alignas(64) half a_pad_shared_dyn_warp_ptr_1[32];
+  alignas(64) half b_pad_shared_dyn_warp_ptr_1[512];
+  for (int m_0_2_init = 0; m_0_2_init < 4; ++m_0_2_init) {
+    for (int n_0_2_init = 0; n_0_2_init < 2; ++n_0_2_init) {
+      for (int i = 0; i < 8; ++i) {
+acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
+;
+    }
+  }
+  if (0 < K) {
+    for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 2; ++ax0_ax1_fused_0) {
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 16384), a_v_ptr, (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < 0)));
+    }
+    for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 2; ++ax0_ax1_fused_0_1) {
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, ((((ax0_ax1_fused_0_1 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((((ax0_ax1_fused_0_1 * 16) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), (((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < 0) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
+    }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
+  }
+  if (32 < K) {
+    for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 2; ++ax0_ax1_fused_0_2) {
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_2 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 20480), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 32), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -4)));
+    }
+    for (int ax0_ax1_fused_0_3 = 0; ax0_ax1_fused_0_3 < 2; ++ax0_ax1_fused_0_3) {
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_3 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)) + 4096), b_v_ptr, (((((int)blockIdx.x) * 128) + ((((((ax0_ax1_fused_0_3 * 16) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 32) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -16) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
+    }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
+  }
+  if (64 < K) {
+    for (int ax0_ax1_fused_0_4 = 0; ax0_ax1_fused_0_4 < 2; ++ax0_ax1_fused_0_4) {
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_4 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 24576), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 64), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -8)));
+    }
+    for (int ax0_ax1_fused_0_5 = 0; ax0_ax1_fused_0_5 < 2; ++ax0_ax1_fused_0_5) {
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_5 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)) + 8192), b_v_ptr, (((((int)blockIdx.x) * 128) + ((((((ax0_ax1_fused_0_5 * 16) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 64) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -32) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
+    }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
+  }
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
+    __syncthreads();
+    for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 2; ++ax0_ax1_fused_0_6) {
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, ((((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_6 * 2048)) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 16384), a_v_ptr, ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 3) * 8)) + 96), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && ((((k_0_0 * 4) + (((int)threadIdx.x) & 3)) - (K >> 3)) < -12)));
+    }
+    for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 2; ++ax0_ax1_fused_0_7) {
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_7 * 2048)) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 16)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 96) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), ((((((k_0_0 * 16) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -48) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
+    }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_3();
+    __syncthreads();
+    for (int k_0_1 = 0; k_0_1 < 2; ++k_0_1) {
+      for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (ax0_0 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (ax0_0 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (ax0_0 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (ax0_0 * 8)))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((k_0_0 & 3) * 4096) + (k_0_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + (ax1_0 * 8)))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + (ax1_0 * 8)))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + (ax1_0 * 8)))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + (ax1_0 * 8)))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int m_0_2 = 0; m_0_2 < 4; ++m_0_2) {
+        for (int n_0_2 = 0; n_0_2 < 2; ++n_0_2) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + (n_0_2 * 8)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + (n_0_2 * 8)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + ((n_0_2 * 8) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + ((n_0_2 * 8) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((65 <= K) && (65 <= K)) {
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
+    __syncthreads();
+    for (int k_0_1_1 = 0; k_0_1_1 < 2; ++k_0_1_1) {
+      for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_1 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_1 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_1 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_1 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_1 * 8)))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 1) & 3) * 4096) + (k_0_1_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_1 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_1 * 256) + (((int)threadIdx.x) * 8))))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_1 * 256) + (((int)threadIdx.x) * 8))))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_1 * 256) + (((int)threadIdx.x) * 8))))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_1 * 256) + (((int)threadIdx.x) * 8))))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int m_0_2_1 = 0; m_0_2_1 < 4; ++m_0_2_1) {
+        for (int n_0_2_1 = 0; n_0_2_1 < 2; ++n_0_2_1) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_1 * 256) + (((int)threadIdx.x) * 8))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_1 * 256) + (((int)threadIdx.x) * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_1 * 256) + (((int)threadIdx.x) * 8)) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_1 * 256) + (((int)threadIdx.x) * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((33 <= K) && (33 <= K)) {
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
+    __syncthreads();
+    for (int k_0_1_2 = 0; k_0_1_2 < 2; ++k_0_1_2) {
+      for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_2 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_2 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_2 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_2 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_2 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_2 * 8)))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 2) & 3) * 4096) + (k_0_1_2 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_2 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_2 * 256) + (((int)threadIdx.x) * 8))))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_2 * 256) + (((int)threadIdx.x) * 8))))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_2 * 256) + (((int)threadIdx.x) * 8))))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_2 * 256) + (((int)threadIdx.x) * 8))))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int m_0_2_2 = 0; m_0_2_2 < 4; ++m_0_2_2) {
+        for (int n_0_2_2 = 0; n_0_2_2 < 2; ++n_0_2_2) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_2 * 256) + (((int)threadIdx.x) * 8))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_2 * 256) + (((int)threadIdx.x) * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_2 * 256) + (((int)threadIdx.x) * 8)) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_2 * 256) + (((int)threadIdx.x) * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((1 <= K) && (1 <= K)) {
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
+    __syncthreads();
+    for (int k_0_1_3 = 0; k_0_1_3 < 2; ++k_0_1_3) {
+      for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_3 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_3 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_3 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_3 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_3 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_3 * 8)))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 3) & 3) * 4096) + (k_0_1_3 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_3 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_3 * 256) + (((int)threadIdx.x) * 8))))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_3 * 256) + (((int)threadIdx.x) * 8))))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_3 * 256) + (((int)threadIdx.x) * 8))))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_3 * 256) + (((int)threadIdx.x) * 8))))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int m_0_2_3 = 0; m_0_2_3 < 4; ++m_0_2_3) {
+        for (int n_0_2_3 = 0; n_0_2_3 < 2; ++n_0_2_3) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_3 * 256) + (((int)threadIdx.x) * 8))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_3 * 256) + (((int)threadIdx.x) * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_3 * 256) + (((int)threadIdx.x) * 8)) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_3 * 256) + (((int)threadIdx.x) * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  __syncthreads();
+  for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+    for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
+      for (int local_id = 0; local_id < 8; ++local_id) {
+        ((float*)buf_dyn_shmem_ptr)[((((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + (((local_id & 3) >> 1) * 1024)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((local_id >> 2) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + (local_id & 1))] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + local_id)];
+      }
+    }
+  }
+  __syncthreads();
+  for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 64; ++ax0_ax1_fused_0_8) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < ((N >> 3) * 8))) {
+      c_v_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * (N >> 3)) * 8)) + ((int)threadIdx.x))] = (((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_8 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + bias_ptr[(((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))]);
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float16__bias_kernel_1(half* __restrict__ a_ptr, half* __restrict__ b_ptr, float* __restrict__ bias_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int b_s0) {
+  extern __shared__ __align__(64) uchar buf_dyn_shmem_ptr[];
+  alignas(64) float acc_pad_shared_dyn_warp_1_ptr[64];
+  alignas(64) half a_pad_shared_dyn_warp_1_ptr[32];
+  alignas(64) half b_pad_shared_dyn_warp_1_ptr[16];
+  alignas(64) half a_pad_shared_dyn_warp_1_ptr_1[32];
+  alignas(64) half b_pad_shared_dyn_warp_1_ptr_1[512];
+  for (int m_0_2_init = 0; m_0_2_init < 4; ++m_0_2_init) {
+    for (int n_0_2_init = 0; n_0_2_init < 2; ++n_0_2_init) {
+      for (int i = 0; i < 8; ++i) {
+acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
+;
+    }
+  }
+  if (0 < K) {
+    for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 16; ++ax0_ax1_fused_0) {
+      half condval;
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) < M) && (((int)threadIdx.x) < K)) {
+        condval = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
+      } else {
+        condval = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+      }
+      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 16384)] = condval;
+    }
+  }
+  if (0 < K) {
+    for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 16; ++ax0_ax1_fused_0_1) {
+      half condval_1;
+      if ((((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+        condval_1 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
+      } else {
+        condval_1 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+      }
+      ((half*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_1 * 256) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_1 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7))] = condval_1;
+    }
+  }
+  if (32 < K) {
+    for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 16; ++ax0_ax1_fused_0_2) {
+      half condval_2;
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 32) < K)) {
+        condval_2 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
+      } else {
+        condval_2 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+      }
+      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_2 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 20480)] = condval_2;
+    }
+  }
+  if (32 < K) {
+    for (int ax0_ax1_fused_0_3 = 0; ax0_ax1_fused_0_3 < 16; ++ax0_ax1_fused_0_3) {
+      half condval_3;
+      if (((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+        condval_3 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
+      } else {
+        condval_3 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+      }
+      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_3 * 256) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_3 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7)) + 4096)] = condval_3;
+    }
+  }
+  if (64 < K) {
+    for (int ax0_ax1_fused_0_4 = 0; ax0_ax1_fused_0_4 < 16; ++ax0_ax1_fused_0_4) {
+      half condval_4;
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 64) < K)) {
+        condval_4 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
+      } else {
+        condval_4 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+      }
+      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_4 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 24576)] = condval_4;
+    }
+  }
+  if (64 < K) {
+    for (int ax0_ax1_fused_0_5 = 0; ax0_ax1_fused_0_5 < 16; ++ax0_ax1_fused_0_5) {
+      half condval_5;
+      if (((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+        condval_5 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
+      } else {
+        condval_5 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+      }
+      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_5 * 256) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_5 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7)) + 8192)] = condval_5;
+    }
+  }
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
+    __syncthreads();
+    for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 16; ++ax0_ax1_fused_0_6) {
+      half condval_6;
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) < M) && ((((k_0_0 * 32) + ((int)threadIdx.x)) + 96) < K)) {
+        condval_6 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
+      } else {
+        condval_6 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+      }
+      ((half*)buf_dyn_shmem_ptr)[((((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_6 * 256)) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 16384)] = condval_6;
+    }
+    for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 16; ++ax0_ax1_fused_0_7) {
+      half condval_7;
+      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+        condval_7 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+      } else {
+        condval_7 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+      }
+      ((half*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_7 * 256)) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_7 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7))] = condval_7;
+    }
+    __syncthreads();
+    for (int k_0_1 = 0; k_0_1 < 2; ++k_0_1) {
+      for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (ax0_0 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (ax0_0 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (ax0_0 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (ax0_0 * 8)))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((k_0_0 & 3) * 4096) + (k_0_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + (ax1_0 * 8)))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + (ax1_0 * 8)))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + (ax1_0 * 8)))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + (ax1_0 * 8)))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int m_0_2 = 0; m_0_2 < 4; ++m_0_2) {
+        for (int n_0_2 = 0; n_0_2 < 2; ++n_0_2) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + (n_0_2 * 8)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + (n_0_2 * 8)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + ((n_0_2 * 8) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + ((n_0_2 * 8) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((65 <= K) && (65 <= K)) {
+    for (int k_0_1_1 = 0; k_0_1_1 < 2; ++k_0_1_1) {
+      for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_1 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_1 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_1 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_1 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_1 * 8)))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 1) & 3) * 4096) + (k_0_1_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_1 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_1 * 256) + (((int)threadIdx.x) * 8))))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_1 * 256) + (((int)threadIdx.x) * 8))))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_1 * 256) + (((int)threadIdx.x) * 8))))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_1 * 256) + (((int)threadIdx.x) * 8))))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int m_0_2_1 = 0; m_0_2_1 < 4; ++m_0_2_1) {
+        for (int n_0_2_1 = 0; n_0_2_1 < 2; ++n_0_2_1) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_1 * 256) + (((int)threadIdx.x) * 8))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_1 * 256) + (((int)threadIdx.x) * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_1 * 256) + (((int)threadIdx.x) * 8)) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_1 * 256) + (((int)threadIdx.x) * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((33 <= K) && (33 <= K)) {
+    for (int k_0_1_2 = 0; k_0_1_2 < 2; ++k_0_1_2) {
+      for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_2 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_2 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_2 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_2 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_2 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_2 * 8)))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 2) & 3) * 4096) + (k_0_1_2 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_2 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_2 * 256) + (((int)threadIdx.x) * 8))))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_2 * 256) + (((int)threadIdx.x) * 8))))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_2 * 256) + (((int)threadIdx.x) * 8))))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_2 * 256) + (((int)threadIdx.x) * 8))))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int m_0_2_2 = 0; m_0_2_2 < 4; ++m_0_2_2) {
+        for (int n_0_2_2 = 0; n_0_2_2 < 2; ++n_0_2_2) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_2 * 256) + (((int)threadIdx.x) * 8))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_2 * 256) + (((int)threadIdx.x) * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_2 * 256) + (((int)threadIdx.x) * 8)) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_2 * 256) + (((int)threadIdx.x) * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((1 <= K) && (1 <= K)) {
+    for (int k_0_1_3 = 0; k_0_1_3 < 2; ++k_0_1_3) {
+      for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_3 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_3 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_3 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_3 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_3 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_3 * 8)))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 3) & 3) * 4096) + (k_0_1_3 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_3 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_3 * 256) + (((int)threadIdx.x) * 8))))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_3 * 256) + (((int)threadIdx.x) * 8))))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_3 * 256) + (((int)threadIdx.x) * 8))))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_3 * 256) + (((int)threadIdx.x) * 8))))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int m_0_2_3 = 0; m_0_2_3 < 4; ++m_0_2_3) {
+        for (int n_0_2_3 = 0; n_0_2_3 < 2; ++n_0_2_3) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_3 * 256) + (((int)threadIdx.x) * 8))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_3 * 256) + (((int)threadIdx.x) * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_3 * 256) + (((int)threadIdx.x) * 8)) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_3 * 256) + (((int)threadIdx.x) * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  __syncthreads();
+  for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+    for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
+      for (int local_id = 0; local_id < 8; ++local_id) {
+        ((float*)buf_dyn_shmem_ptr)[((((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + (((local_id & 3) >> 1) * 1024)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((local_id >> 2) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + (local_id & 1))] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + local_id)];
+      }
+    }
+  }
+  __syncthreads();
+  for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 64; ++ax0_ax1_fused_0_8) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+      c_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * N)) + ((int)threadIdx.x))] = (((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_8 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + bias_ptr[(((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))]);
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float16__addend_bias_kernel(half* __restrict__ a_v_ptr, float* __restrict__ addend_ptr, half* __restrict__ b_v_ptr, float* __restrict__ bias_ptr, float* __restrict__ c_v_ptr, int K, int M, int N, int a_s0, int addend_s0, int b_s0) {
+  extern __shared__ __align__(64) uchar buf_dyn_shmem_ptr[];
+  alignas(64) float acc_pad_shared_dyn_warp_ptr[64];
+  alignas(64) half a_pad_shared_dyn_warp_ptr[32];
+  alignas(64) half b_pad_shared_dyn_warp_ptr[16];
+  alignas(64) half a_pad_shared_dyn_warp_ptr_1[32];
+  alignas(64) half b_pad_shared_dyn_warp_ptr_1[512];
+  for (int m_0_2_init = 0; m_0_2_init < 4; ++m_0_2_init) {
+    for (int n_0_2_init = 0; n_0_2_init < 2; ++n_0_2_init) {
+      for (int i = 0; i < 8; ++i) {
+acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
+;
+    }
+  }
+  if (0 < K) {
+    for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 2; ++ax0_ax1_fused_0) {
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 16384), a_v_ptr, (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < 0)));
+    }
+    for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 2; ++ax0_ax1_fused_0_1) {
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, ((((ax0_ax1_fused_0_1 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((((ax0_ax1_fused_0_1 * 16) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), (((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < 0) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
+    }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
+  }
+  if (32 < K) {
+    for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 2; ++ax0_ax1_fused_0_2) {
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_2 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 20480), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 32), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -4)));
+    }
+    for (int ax0_ax1_fused_0_3 = 0; ax0_ax1_fused_0_3 < 2; ++ax0_ax1_fused_0_3) {
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_3 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)) + 4096), b_v_ptr, (((((int)blockIdx.x) * 128) + ((((((ax0_ax1_fused_0_3 * 16) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 32) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -16) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
+    }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
+  }
+  if (64 < K) {
+    for (int ax0_ax1_fused_0_4 = 0; ax0_ax1_fused_0_4 < 2; ++ax0_ax1_fused_0_4) {
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_4 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 24576), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 64), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -8)));
+    }
+    for (int ax0_ax1_fused_0_5 = 0; ax0_ax1_fused_0_5 < 2; ++ax0_ax1_fused_0_5) {
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_5 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)) + 8192), b_v_ptr, (((((int)blockIdx.x) * 128) + ((((((ax0_ax1_fused_0_5 * 16) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 64) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -32) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
+    }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
+  }
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
+    __syncthreads();
+    for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 2; ++ax0_ax1_fused_0_6) {
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, ((((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_6 * 2048)) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 16384), a_v_ptr, ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 3) * 8)) + 96), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && ((((k_0_0 * 4) + (((int)threadIdx.x) & 3)) - (K >> 3)) < -12)));
+    }
+    for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 2; ++ax0_ax1_fused_0_7) {
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_7 * 2048)) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 16)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 96) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), ((((((k_0_0 * 16) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -48) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
+    }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_3();
+    __syncthreads();
+    for (int k_0_1 = 0; k_0_1 < 2; ++k_0_1) {
+      for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (ax0_0 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (ax0_0 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (ax0_0 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (ax0_0 * 8)))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((k_0_0 & 3) * 4096) + (k_0_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + (ax1_0 * 8)))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + (ax1_0 * 8)))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + (ax1_0 * 8)))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + (ax1_0 * 8)))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int m_0_2 = 0; m_0_2 < 4; ++m_0_2) {
+        for (int n_0_2 = 0; n_0_2 < 2; ++n_0_2) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + (n_0_2 * 8)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + (n_0_2 * 8)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + ((n_0_2 * 8) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + ((n_0_2 * 8) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((65 <= K) && (65 <= K)) {
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
+    __syncthreads();
+    for (int k_0_1_1 = 0; k_0_1_1 < 2; ++k_0_1_1) {
+      for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_1 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_1 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_1 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_1 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_1 * 8)))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 1) & 3) * 4096) + (k_0_1_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_1 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_1 * 256) + (((int)threadIdx.x) * 8))))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_1 * 256) + (((int)threadIdx.x) * 8))))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_1 * 256) + (((int)threadIdx.x) * 8))))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_1 * 256) + (((int)threadIdx.x) * 8))))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int m_0_2_1 = 0; m_0_2_1 < 4; ++m_0_2_1) {
+        for (int n_0_2_1 = 0; n_0_2_1 < 2; ++n_0_2_1) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_1 * 256) + (((int)threadIdx.x) * 8))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_1 * 256) + (((int)threadIdx.x) * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_1 * 256) + (((int)threadIdx.x) * 8)) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_1 * 256) + (((int)threadIdx.x) * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((33 <= K) && (33 <= K)) {
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
+    __syncthreads();
+    for (int k_0_1_2 = 0; k_0_1_2 < 2; ++k_0_1_2) {
+      for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_2 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_2 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_2 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_2 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_2 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_2 * 8)))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 2) & 3) * 4096) + (k_0_1_2 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_2 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_2 * 256) + (((int)threadIdx.x) * 8))))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_2 * 256) + (((int)threadIdx.x) * 8))))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_2 * 256) + (((int)threadIdx.x) * 8))))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_2 * 256) + (((int)threadIdx.x) * 8))))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int m_0_2_2 = 0; m_0_2_2 < 4; ++m_0_2_2) {
+        for (int n_0_2_2 = 0; n_0_2_2 < 2; ++n_0_2_2) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_2 * 256) + (((int)threadIdx.x) * 8))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_2 * 256) + (((int)threadIdx.x) * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_2 * 256) + (((int)threadIdx.x) * 8)) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_2 * 256) + (((int)threadIdx.x) * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((1 <= K) && (1 <= K)) {
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
+    __syncthreads();
+    for (int k_0_1_3 = 0; k_0_1_3 < 2; ++k_0_1_3) {
+      for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_3 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_3 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_3 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_3 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_3 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_3 * 8)))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 3) & 3) * 4096) + (k_0_1_3 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_3 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_3 * 256) + (((int)threadIdx.x) * 8))))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_3 * 256) + (((int)threadIdx.x) * 8))))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_3 * 256) + (((int)threadIdx.x) * 8))))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_3 * 256) + (((int)threadIdx.x) * 8))))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int m_0_2_3 = 0; m_0_2_3 < 4; ++m_0_2_3) {
+        for (int n_0_2_3 = 0; n_0_2_3 < 2; ++n_0_2_3) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_3 * 256) + (((int)threadIdx.x) * 8))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_3 * 256) + (((int)threadIdx.x) * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_3 * 256) + (((int)threadIdx.x) * 8)) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_3 * 256) + (((int)threadIdx.x) * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  __syncthreads();
+  for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+    for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
+      for (int local_id = 0; local_id < 8; ++local_id) {
+        ((float*)buf_dyn_shmem_ptr)[((((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + (((local_id & 3) >> 1) * 1024)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((local_id >> 2) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + (local_id & 1))] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + local_id)];
+      }
+    }
+  }
+  __syncthreads();
+  for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 64; ++ax0_ax1_fused_0_8) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < ((N >> 3) * 8))) {
+      c_v_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * (N >> 3)) * 8)) + ((int)threadIdx.x))] = ((((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_8 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + bias_ptr[(((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))]) + addend_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * addend_s0)) + ((int)threadIdx.x))]);
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float16__addend_bias_kernel_1(half* __restrict__ a_ptr, float* __restrict__ addend_ptr, half* __restrict__ b_ptr, float* __restrict__ bias_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int addend_s0, int b_s0) {
+  extern __shared__ __align__(64) uchar buf_dyn_shmem_ptr[];
+  alignas(64) float acc_pad_shared_dyn_warp_1_ptr[64];
+  alignas(64) half a_pad_shared_dyn_warp_1_ptr[32];
+  alignas(64) half b_pad_shared_dyn_warp_1_ptr[16];
+  alignas(64) half a_pad_shared_dyn_warp_1_ptr_1[32];
+  alignas(64) half b_pad_shared_dyn_warp_1_ptr_1[512];
+  for (int m_0_2_init = 0; m_0_2_init < 4; ++m_0_2_init) {
+    for (int n_0_2_init = 0; n_0_2_init < 2; ++n_0_2_init) {
+      for (int i = 0; i < 8; ++i) {
+acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
+;
+    }
+  }
+  if (0 < K) {
+    for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 16; ++ax0_ax1_fused_0) {
+      half condval;
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) < M) && (((int)threadIdx.x) < K)) {
+        condval = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
+      } else {
+        condval = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+      }
+      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 16384)] = condval;
+    }
+  }
+  if (0 < K) {
+    for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 16; ++ax0_ax1_fused_0_1) {
+      half condval_1;
+      if ((((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+        condval_1 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
+      } else {
+        condval_1 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+      }
+      ((half*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_1 * 256) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_1 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7))] = condval_1;
+    }
+  }
+  if (32 < K) {
+    for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 16; ++ax0_ax1_fused_0_2) {
+      half condval_2;
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 32) < K)) {
+        condval_2 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
+      } else {
+        condval_2 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+      }
+      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_2 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 20480)] = condval_2;
+    }
+  }
+  if (32 < K) {
+    for (int ax0_ax1_fused_0_3 = 0; ax0_ax1_fused_0_3 < 16; ++ax0_ax1_fused_0_3) {
+      half condval_3;
+      if (((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+        condval_3 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
+      } else {
+        condval_3 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+      }
+      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_3 * 256) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_3 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7)) + 4096)] = condval_3;
+    }
+  }
+  if (64 < K) {
+    for (int ax0_ax1_fused_0_4 = 0; ax0_ax1_fused_0_4 < 16; ++ax0_ax1_fused_0_4) {
+      half condval_4;
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 64) < K)) {
+        condval_4 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
+      } else {
+        condval_4 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+      }
+      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_4 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 24576)] = condval_4;
+    }
+  }
+  if (64 < K) {
+    for (int ax0_ax1_fused_0_5 = 0; ax0_ax1_fused_0_5 < 16; ++ax0_ax1_fused_0_5) {
+      half condval_5;
+      if (((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+        condval_5 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
+      } else {
+        condval_5 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+      }
+      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_5 * 256) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_5 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7)) + 8192)] = condval_5;
+    }
+  }
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
+    __syncthreads();
+    for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 16; ++ax0_ax1_fused_0_6) {
+      half condval_6;
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) < M) && ((((k_0_0 * 32) + ((int)threadIdx.x)) + 96) < K)) {
+        condval_6 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
+      } else {
+        condval_6 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+      }
+      ((half*)buf_dyn_shmem_ptr)[((((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_6 * 256)) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 16384)] = condval_6;
+    }
+    for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 16; ++ax0_ax1_fused_0_7) {
+      half condval_7;
+      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+        condval_7 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+      } else {
+        condval_7 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+      }
+      ((half*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_7 * 256)) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_7 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7))] = condval_7;
+    }
+    __syncthreads();
+    for (int k_0_1 = 0; k_0_1 < 2; ++k_0_1) {
+      for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (ax0_0 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (ax0_0 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (ax0_0 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (ax0_0 * 8)))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((k_0_0 & 3) * 4096) + (k_0_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + (ax1_0 * 8)))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + (ax1_0 * 8)))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + (ax1_0 * 8)))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + (ax1_0 * 8)))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int m_0_2 = 0; m_0_2 < 4; ++m_0_2) {
+        for (int n_0_2 = 0; n_0_2 < 2; ++n_0_2) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + (n_0_2 * 8)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + (n_0_2 * 8)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + ((n_0_2 * 8) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + ((n_0_2 * 8) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((65 <= K) && (65 <= K)) {
+    for (int k_0_1_1 = 0; k_0_1_1 < 2; ++k_0_1_1) {
+      for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_1 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_1 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_1 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_1 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_1 * 8)))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 1) & 3) * 4096) + (k_0_1_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_1 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_1 * 256) + (((int)threadIdx.x) * 8))))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_1 * 256) + (((int)threadIdx.x) * 8))))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_1 * 256) + (((int)threadIdx.x) * 8))))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_1 * 256) + (((int)threadIdx.x) * 8))))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int m_0_2_1 = 0; m_0_2_1 < 4; ++m_0_2_1) {
+        for (int n_0_2_1 = 0; n_0_2_1 < 2; ++n_0_2_1) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_1 * 256) + (((int)threadIdx.x) * 8))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_1 * 256) + (((int)threadIdx.x) * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_1 * 256) + (((int)threadIdx.x) * 8)) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_1 * 256) + (((int)threadIdx.x) * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((33 <= K) && (33 <= K)) {
+    for (int k_0_1_2 = 0; k_0_1_2 < 2; ++k_0_1_2) {
+      for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_2 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_2 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_2 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_2 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_2 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_2 * 8)))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 2) & 3) * 4096) + (k_0_1_2 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_2 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_2 * 256) + (((int)threadIdx.x) * 8))))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_2 * 256) + (((int)threadIdx.x) * 8))))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_2 * 256) + (((int)threadIdx.x) * 8))))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_2 * 256) + (((int)threadIdx.x) * 8))))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int m_0_2_2 = 0; m_0_2_2 < 4; ++m_0_2_2) {
+        for (int n_0_2_2 = 0; n_0_2_2 < 2; ++n_0_2_2) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_2 * 256) + (((int)threadIdx.x) * 8))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_2 * 256) + (((int)threadIdx.x) * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_2 * 256) + (((int)threadIdx.x) * 8)) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_2 * 256) + (((int)threadIdx.x) * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((1 <= K) && (1 <= K)) {
+    for (int k_0_1_3 = 0; k_0_1_3 < 2; ++k_0_1_3) {
+      for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_3 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_3 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_3 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_3 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_3 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_3 * 8)))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
+
+  {
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 3) & 3) * 4096) + (k_0_1_3 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_3 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    __asm__ __volatile__(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
+      "{%0, %1, %2, %3}, [%4];\n"
+      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_3 * 256) + (((int)threadIdx.x) * 8))))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_3 * 256) + (((int)threadIdx.x) * 8))))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_3 * 256) + (((int)threadIdx.x) * 8))))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_3 * 256) + (((int)threadIdx.x) * 8))))[3])
+      : "r"(addr)
+    );
+  }
+      }
+      for (int m_0_2_3 = 0; m_0_2_3 < 4; ++m_0_2_3) {
+        for (int n_0_2_3 = 0; n_0_2_3 < 2; ++n_0_2_3) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_3 * 256) + (((int)threadIdx.x) * 8))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_3 * 256) + (((int)threadIdx.x) * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_3 * 256) + (((int)threadIdx.x) * 8)) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_3 * 256) + (((int)threadIdx.x) * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  __syncthreads();
+  for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+    for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
+      for (int local_id = 0; local_id < 8; ++local_id) {
+        ((float*)buf_dyn_shmem_ptr)[((((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + (((local_id & 3) >> 1) * 1024)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((local_id >> 2) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + (local_id & 1))] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + local_id)];
+      }
+    }
+  }
+  __syncthreads();
+  for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 64; ++ax0_ax1_fused_0_8) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+      c_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * N)) + ((int)threadIdx.x))] = ((((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_8 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + bias_ptr[(((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))]) + addend_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * addend_s0)) + ((int)threadIdx.x))]);
     }
   }
 }

@@ -63,522 +63,6374 @@
   #define uchar unsigned char
   #define ushort unsigned short
 #endif
-extern "C" __global__ void __launch_bounds__(128) fg_matmul_float32__none_kernel(float* __restrict__ a_ptr, float* __restrict__ b_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int b_s0);
-extern "C" __global__ void __launch_bounds__(128) fg_matmul_float32__addend_kernel(float* __restrict__ a_ptr, float* __restrict__ addend_ptr, float* __restrict__ b_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int addend_s0, int b_s0);
-extern "C" __global__ void __launch_bounds__(128) fg_matmul_float32__bias_kernel(float* __restrict__ a_ptr, float* __restrict__ b_ptr, float* __restrict__ bias_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int b_s0);
-extern "C" __global__ void __launch_bounds__(128) fg_matmul_float32__addend_bias_kernel(float* __restrict__ a_ptr, float* __restrict__ addend_ptr, float* __restrict__ b_ptr, float* __restrict__ bias_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int addend_s0, int b_s0);
-extern "C" __global__ void __launch_bounds__(128) fg_matmul_float32__none_kernel(float* __restrict__ a_ptr, float* __restrict__ b_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int b_s0) {
-  alignas(64) float acc_pad_shared_warp_ptr[32];
-  __shared__ alignas(64) float a_tf32_pad_shared_ptr[4096];
-  __shared__ alignas(64) float b_tf32_pad_shared_ptr[1152];
-  alignas(64) float a_tf32_pad_shared_warp_ptr[8];
-  alignas(64) float b_tf32_pad_shared_warp_ptr[8];
-  for (int m_0_2_init = 0; m_0_2_init < 2; ++m_0_2_init) {
+__forceinline__ __device__ void tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0() {
+  asm volatile("cp.async.wait_group 0;" :  :  : "memory");
+}
+__forceinline__ __device__ void tvm_builtin_ptx_cp_async_wait_group_async_wait_group_3() {
+  asm volatile("cp.async.wait_group 3;" :  :  : "memory");
+}
+__forceinline__ __device__ void tvm_builtin_ptx_cp_async_commit_group_async_commit_group() {
+  asm volatile("cp.async.commit_group;" :  : );
+}
+
+__forceinline__ __device__ void ptx_cp_async_legacy_pred_cg_16_4_4(void* dst, int dst_off, void* src, int src_off, int predicate) {
+  uint8_t* dst_p = (uint8_t*)dst + dst_off * 4;
+  uint8_t* src_p = (uint8_t*)src + src_off * 4;
+  unsigned int dst_addr = __cvta_generic_to_shared(dst_p);
+  __asm__ __volatile__(
+    "{\n"
+    " .reg .pred p;\n"
+    " setp.eq.u32 p, %3, 1;\n"
+    " @p cp.async.cg.shared.global [%0], [%1], %2;\n"
+    " @!p st.shared.v4.u32 [%0], {%4, %4, %4, %4};\n"
+    "}\n"
+    :: "r"(dst_addr), "l"(src_p), "n"(16), "r"(predicate), "r"(0)
+  );
+}
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel(float* __restrict__ a_v_ptr, float* __restrict__ b_v_ptr, float* __restrict__ c_v_ptr, int K, int M, int N, int a_s0, int b_s0);
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel_1(float* __restrict__ a_ptr, float* __restrict__ b_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int b_s0);
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kernel(float* __restrict__ a_v_ptr, float* __restrict__ addend_ptr, float* __restrict__ b_v_ptr, float* __restrict__ c_v_ptr, int K, int M, int N, int a_s0, int addend_s0, int b_s0);
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kernel_1(float* __restrict__ a_ptr, float* __restrict__ addend_ptr, float* __restrict__ b_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int addend_s0, int b_s0);
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel(float* __restrict__ a_v_ptr, float* __restrict__ b_v_ptr, float* __restrict__ bias_ptr, float* __restrict__ c_v_ptr, int K, int M, int N, int a_s0, int b_s0);
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel_1(float* __restrict__ a_ptr, float* __restrict__ b_ptr, float* __restrict__ bias_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int b_s0);
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias_kernel(float* __restrict__ a_v_ptr, float* __restrict__ addend_ptr, float* __restrict__ b_v_ptr, float* __restrict__ bias_ptr, float* __restrict__ c_v_ptr, int K, int M, int N, int a_s0, int addend_s0, int b_s0);
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias_kernel_1(float* __restrict__ a_ptr, float* __restrict__ addend_ptr, float* __restrict__ b_ptr, float* __restrict__ bias_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int addend_s0, int b_s0);
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel(float* __restrict__ a_v_ptr, float* __restrict__ b_v_ptr, float* __restrict__ c_v_ptr, int K, int M, int N, int a_s0, int b_s0) {
+  extern __shared__ __align__(64) uchar buf_dyn_shmem_ptr[];
+  alignas(64) float acc_pad_shared_dyn_warp_ptr[64];
+  alignas(64) float a_pad_shared_dyn_warp_ptr[16];
+  alignas(64) float b_pad_shared_dyn_warp_ptr[8];
+  alignas(64) float a_pad_shared_dyn_warp_ptr_1[16];
+  alignas(64) float b_pad_shared_dyn_warp_ptr_1[256];
+  for (int m_0_2_init = 0; m_0_2_init < 4; ++m_0_2_init) {
     for (int n_0_2_init = 0; n_0_2_init < 2; ++n_0_2_init) {
-      acc_pad_shared_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8))] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 1)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 2)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 3)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 4)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 5)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 6)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 7)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8))] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 1)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 2)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 3)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 4)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 5)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 6)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 7)] = 0x0p+0f/*0.000000e+00*/;
     }
   }
-  for (int k_0_0 = 0; k_0_0 < ((K + 15) >> 4); ++k_0_0) {
-    __syncthreads();
-    for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 8; ++ax0_ax1_fused_0) {
-      float condval;
-      if ((((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) < M) && (((k_0_0 * 16) + (((int)threadIdx.x) & 15)) < K)) {
-            float v_ = a_ptr[(((k_0_0 * 16) + (((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * a_s0)) + (((int)threadIdx.x) & 15))];
-          uint condval_1;
-          if (((*(uint *)(&(v_))) & (uint)2139095040) != (uint)2139095040) {
-              float v__1 = a_ptr[(((k_0_0 * 16) + (((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * a_s0)) + (((int)threadIdx.x) & 15))];
-            condval_1 = (((*(uint *)(&(v__1))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__2 = a_ptr[(((k_0_0 * 16) + (((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * a_s0)) + (((int)threadIdx.x) & 15))];
-            uint condval_2;
-            if (((*(uint *)(&(v__2))) & (uint)8388607) != (uint)0) {
-                float v__3 = a_ptr[(((k_0_0 * 16) + (((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * a_s0)) + (((int)threadIdx.x) & 15))];
-              condval_2 = (((*(uint *)(&(v__3))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__4 = a_ptr[(((k_0_0 * 16) + (((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * a_s0)) + (((int)threadIdx.x) & 15))];
-              condval_2 = (*(uint *)(&(v__4)));
-            }
-            condval_1 = condval_2;
-          }
-        condval = (*(float *)(&(condval_1)));
-      } else {
-        condval = 0x0p+0f/*0.000000e+00*/;
-      }
-      a_tf32_pad_shared_ptr[((((ax0_ax1_fused_0 * 192) + (((int)threadIdx.y) * 48)) + ((((int)threadIdx.x) >> 4) * 24)) + (((int)threadIdx.x) & 15))] = condval;
+  if (0 < K) {
+    for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 4; ++ax0_ax1_fused_0) {
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 16896), a_v_ptr, (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < 0)));
     }
-    for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 8; ++ax0_ax1_fused_0_1) {
-      float condval_3;
-      if (((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) < K) && ((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x)) < N)) {
-            float v__5 = b_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) * b_s0)) + ((int)threadIdx.x))];
-          uint condval_4;
-          if (((*(uint *)(&(v__5))) & (uint)2139095040) != (uint)2139095040) {
-              float v__6 = b_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) * b_s0)) + ((int)threadIdx.x))];
-            condval_4 = (((*(uint *)(&(v__6))) + (uint)4096) & (uint)4294959104);
+    for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 4; ++ax0_ax1_fused_0_1) {
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, (((ax0_ax1_fused_0_1 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)), ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)));
+    }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
+  }
+  if (32 < K) {
+    for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 4; ++ax0_ax1_fused_0_2) {
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_2 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 21504), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < -8)));
+    }
+    for (int ax0_ax1_fused_0_3 = 0; ax0_ax1_fused_0_3 < 4; ++ax0_ax1_fused_0_3) {
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, ((((ax0_ax1_fused_0_3 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)) + 4224), b_v_ptr, (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)), (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)));
+    }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
+  }
+  if (64 < K) {
+    for (int ax0_ax1_fused_0_4 = 0; ax0_ax1_fused_0_4 < 4; ++ax0_ax1_fused_0_4) {
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_4 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 26112), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < -16)));
+    }
+    for (int ax0_ax1_fused_0_5 = 0; ax0_ax1_fused_0_5 < 4; ++ax0_ax1_fused_0_5) {
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, ((((ax0_ax1_fused_0_5 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)) + 8448), b_v_ptr, (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)), (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)));
+    }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
+  }
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
+    __syncthreads();
+    for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 4; ++ax0_ax1_fused_0_6) {
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, ((((((((k_0_0 + 3) & 3) * 4608) + (ax0_ax1_fused_0_6 * 1152)) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 16896), a_v_ptr, ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && ((((k_0_0 * 8) + (((int)threadIdx.x) & 7)) - (K >> 2)) < -24)));
+    }
+    for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 4; ++ax0_ax1_fused_0_7) {
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, ((((((k_0_0 + 3) & 3) * 4224) + (ax0_ax1_fused_0_7 * 1056)) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)), ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)));
+    }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_3();
+    __syncthreads();
+    for (int k_0_1 = 0; k_0_1 < 4; ++k_0_1) {
+      for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
+            float v_ = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval;
+          if (((*(uint *)(&(v_))) & (uint)2139095040) != (uint)2139095040) {
+              float v__1 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval = (((*(uint *)(&(v__1))) + (uint)4096) & (uint)4294959104);
           } else {
-              float v__7 = b_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) * b_s0)) + ((int)threadIdx.x))];
-            uint condval_5;
-            if (((*(uint *)(&(v__7))) & (uint)8388607) != (uint)0) {
-                float v__8 = b_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) * b_s0)) + ((int)threadIdx.x))];
-              condval_5 = (((*(uint *)(&(v__8))) | (uint)4194304) & (uint)4294959104);
+              float v__2 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_1;
+            if (((*(uint *)(&(v__2))) & (uint)8388607) != (uint)0) {
+                float v__3 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_1 = (((*(uint *)(&(v__3))) | (uint)4194304) & (uint)4294959104);
             } else {
-                float v__9 = b_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) * b_s0)) + ((int)threadIdx.x))];
-              condval_5 = (*(uint *)(&(v__9)));
+                float v__4 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_1 = (*(uint *)(&(v__4)));
+            }
+            condval = condval_1;
+          }
+        a_pad_shared_dyn_warp_ptr[(ax0_0 * 4)] = (*(float *)(&(condval)));
+            float v__5 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_2;
+          if (((*(uint *)(&(v__5))) & (uint)2139095040) != (uint)2139095040) {
+              float v__6 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_2 = (((*(uint *)(&(v__6))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__7 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_3;
+            if (((*(uint *)(&(v__7))) & (uint)8388607) != (uint)0) {
+                float v__8 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_3 = (((*(uint *)(&(v__8))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__9 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_3 = (*(uint *)(&(v__9)));
+            }
+            condval_2 = condval_3;
+          }
+        a_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 1)] = (*(float *)(&(condval_2)));
+            float v__10 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_4;
+          if (((*(uint *)(&(v__10))) & (uint)2139095040) != (uint)2139095040) {
+              float v__11 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_4 = (((*(uint *)(&(v__11))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__12 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_5;
+            if (((*(uint *)(&(v__12))) & (uint)8388607) != (uint)0) {
+                float v__13 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_5 = (((*(uint *)(&(v__13))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__14 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_5 = (*(uint *)(&(v__14)));
             }
             condval_4 = condval_5;
           }
-        condval_3 = (*(float *)(&(condval_4)));
-      } else {
-        condval_3 = 0x0p+0f/*0.000000e+00*/;
-      }
-      b_tf32_pad_shared_ptr[((((ax0_ax1_fused_0_1 * 144) + ((((int)threadIdx.y) >> 1) * 72)) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x))] = condval_3;
-    }
-    __syncthreads();
-    for (int k_0_1 = 0; k_0_1 < 2; ++k_0_1) {
-      for (int ax0_0 = 0; ax0_0 < 2; ++ax0_0) {
-        a_tf32_pad_shared_warp_ptr[(ax0_0 * 4)] = a_tf32_pad_shared_ptr[((((((((int)threadIdx.y) >> 1) * 768) + (ax0_0 * 384)) + ((((int)threadIdx.x) >> 2) * 24)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3))];
-        a_tf32_pad_shared_warp_ptr[((ax0_0 * 4) + 1)] = a_tf32_pad_shared_ptr[(((((((((int)threadIdx.y) >> 1) * 768) + (ax0_0 * 384)) + ((((int)threadIdx.x) >> 2) * 24)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 192)];
-        a_tf32_pad_shared_warp_ptr[((ax0_0 * 4) + 2)] = a_tf32_pad_shared_ptr[(((((((((int)threadIdx.y) >> 1) * 768) + (ax0_0 * 384)) + ((((int)threadIdx.x) >> 2) * 24)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 4)];
-        a_tf32_pad_shared_warp_ptr[((ax0_0 * 4) + 3)] = a_tf32_pad_shared_ptr[(((((((((int)threadIdx.y) >> 1) * 768) + (ax0_0 * 384)) + ((((int)threadIdx.x) >> 2) * 24)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 196)];
+        a_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 2)] = (*(float *)(&(condval_4)));
+            float v__15 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_6;
+          if (((*(uint *)(&(v__15))) & (uint)2139095040) != (uint)2139095040) {
+              float v__16 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_6 = (((*(uint *)(&(v__16))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__17 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_7;
+            if (((*(uint *)(&(v__17))) & (uint)8388607) != (uint)0) {
+                float v__18 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_7 = (((*(uint *)(&(v__18))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__19 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_7 = (*(uint *)(&(v__19)));
+            }
+            condval_6 = condval_7;
+          }
+        a_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 3)] = (*(float *)(&(condval_6)));
       }
       for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
-        b_tf32_pad_shared_warp_ptr[(ax1_0 * 4)] = b_tf32_pad_shared_ptr[(((((k_0_1 * 576) + ((((int)threadIdx.x) & 3) * 72)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_warp_ptr[((ax1_0 * 4) + 1)] = b_tf32_pad_shared_ptr[((((((k_0_1 * 576) + ((((int)threadIdx.x) & 3) * 72)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 288)];
-        b_tf32_pad_shared_warp_ptr[((ax1_0 * 4) + 2)] = b_tf32_pad_shared_ptr[((((((k_0_1 * 576) + ((((int)threadIdx.x) & 3) * 72)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_warp_ptr[((ax1_0 * 4) + 3)] = b_tf32_pad_shared_ptr[((((((k_0_1 * 576) + ((((int)threadIdx.x) & 3) * 72)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 296)];
+            float v__20 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_8;
+          if (((*(uint *)(&(v__20))) & (uint)2139095040) != (uint)2139095040) {
+              float v__21 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_8 = (((*(uint *)(&(v__21))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__22 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_9;
+            if (((*(uint *)(&(v__22))) & (uint)8388607) != (uint)0) {
+                float v__23 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_9 = (((*(uint *)(&(v__23))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__24 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_9 = (*(uint *)(&(v__24)));
+            }
+            condval_8 = condval_9;
+          }
+        b_pad_shared_dyn_warp_ptr[(ax1_0 * 4)] = (*(float *)(&(condval_8)));
+            float v__25 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_10;
+          if (((*(uint *)(&(v__25))) & (uint)2139095040) != (uint)2139095040) {
+              float v__26 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_10 = (((*(uint *)(&(v__26))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__27 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_11;
+            if (((*(uint *)(&(v__27))) & (uint)8388607) != (uint)0) {
+                float v__28 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_11 = (((*(uint *)(&(v__28))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__29 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_11 = (*(uint *)(&(v__29)));
+            }
+            condval_10 = condval_11;
+          }
+        b_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 1)] = (*(float *)(&(condval_10)));
+            float v__30 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_12;
+          if (((*(uint *)(&(v__30))) & (uint)2139095040) != (uint)2139095040) {
+              float v__31 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_12 = (((*(uint *)(&(v__31))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__32 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_13;
+            if (((*(uint *)(&(v__32))) & (uint)8388607) != (uint)0) {
+                float v__33 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_13 = (((*(uint *)(&(v__33))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__34 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_13 = (*(uint *)(&(v__34)));
+            }
+            condval_12 = condval_13;
+          }
+        b_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 2)] = (*(float *)(&(condval_12)));
+            float v__35 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_14;
+          if (((*(uint *)(&(v__35))) & (uint)2139095040) != (uint)2139095040) {
+              float v__36 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_14 = (((*(uint *)(&(v__36))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__37 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_15;
+            if (((*(uint *)(&(v__37))) & (uint)8388607) != (uint)0) {
+                float v__38 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_15 = (((*(uint *)(&(v__38))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__39 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_15 = (*(uint *)(&(v__39)));
+            }
+            condval_14 = condval_15;
+          }
+        b_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 3)] = (*(float *)(&(condval_14)));
       }
-      for (int m_0_2 = 0; m_0_2 < 2; ++m_0_2) {
+      for (int m_0_2 = 0; m_0_2 < 4; ++m_0_2) {
         for (int n_0_2 = 0; n_0_2 < 2; ++n_0_2) {
 
   {
     __asm__ __volatile__(
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_warp_ptr + (n_0_2 * 4)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_warp_ptr + (n_0_2 * 4)))[1]), "f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + (n_0_2 * 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + (n_0_2 * 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
   }
 
   {
     __asm__ __volatile__(
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_warp_ptr + ((n_0_2 * 4) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_warp_ptr + ((n_0_2 * 4) + 2)))[1]), "f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + ((n_0_2 * 4) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + ((n_0_2 * 4) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((65 <= K) && (65 <= K)) {
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
+    __syncthreads();
+    for (int k_0_1_1 = 0; k_0_1_1 < 4; ++k_0_1_1) {
+      for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
+            float v__40 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_16;
+          if (((*(uint *)(&(v__40))) & (uint)2139095040) != (uint)2139095040) {
+              float v__41 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_16 = (((*(uint *)(&(v__41))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__42 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_17;
+            if (((*(uint *)(&(v__42))) & (uint)8388607) != (uint)0) {
+                float v__43 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_17 = (((*(uint *)(&(v__43))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__44 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_17 = (*(uint *)(&(v__44)));
+            }
+            condval_16 = condval_17;
+          }
+        a_pad_shared_dyn_warp_ptr_1[(ax0_0_1 * 4)] = (*(float *)(&(condval_16)));
+            float v__45 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_18;
+          if (((*(uint *)(&(v__45))) & (uint)2139095040) != (uint)2139095040) {
+              float v__46 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_18 = (((*(uint *)(&(v__46))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__47 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_19;
+            if (((*(uint *)(&(v__47))) & (uint)8388607) != (uint)0) {
+                float v__48 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_19 = (((*(uint *)(&(v__48))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__49 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_19 = (*(uint *)(&(v__49)));
+            }
+            condval_18 = condval_19;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 1)] = (*(float *)(&(condval_18)));
+            float v__50 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_20;
+          if (((*(uint *)(&(v__50))) & (uint)2139095040) != (uint)2139095040) {
+              float v__51 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_20 = (((*(uint *)(&(v__51))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__52 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_21;
+            if (((*(uint *)(&(v__52))) & (uint)8388607) != (uint)0) {
+                float v__53 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_21 = (((*(uint *)(&(v__53))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__54 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_21 = (*(uint *)(&(v__54)));
+            }
+            condval_20 = condval_21;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 2)] = (*(float *)(&(condval_20)));
+            float v__55 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_22;
+          if (((*(uint *)(&(v__55))) & (uint)2139095040) != (uint)2139095040) {
+              float v__56 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_22 = (((*(uint *)(&(v__56))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__57 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_23;
+            if (((*(uint *)(&(v__57))) & (uint)8388607) != (uint)0) {
+                float v__58 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_23 = (((*(uint *)(&(v__58))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__59 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_23 = (*(uint *)(&(v__59)));
+            }
+            condval_22 = condval_23;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 3)] = (*(float *)(&(condval_22)));
+      }
+      for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
+            float v__60 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_24;
+          if (((*(uint *)(&(v__60))) & (uint)2139095040) != (uint)2139095040) {
+              float v__61 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_24 = (((*(uint *)(&(v__61))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__62 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_25;
+            if (((*(uint *)(&(v__62))) & (uint)8388607) != (uint)0) {
+                float v__63 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_25 = (((*(uint *)(&(v__63))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__64 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_25 = (*(uint *)(&(v__64)));
+            }
+            condval_24 = condval_25;
+          }
+        b_pad_shared_dyn_warp_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_24)));
+            float v__65 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_26;
+          if (((*(uint *)(&(v__65))) & (uint)2139095040) != (uint)2139095040) {
+              float v__66 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_26 = (((*(uint *)(&(v__66))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__67 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_27;
+            if (((*(uint *)(&(v__67))) & (uint)8388607) != (uint)0) {
+                float v__68 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_27 = (((*(uint *)(&(v__68))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__69 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_27 = (*(uint *)(&(v__69)));
+            }
+            condval_26 = condval_27;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_26)));
+            float v__70 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_28;
+          if (((*(uint *)(&(v__70))) & (uint)2139095040) != (uint)2139095040) {
+              float v__71 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_28 = (((*(uint *)(&(v__71))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__72 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_29;
+            if (((*(uint *)(&(v__72))) & (uint)8388607) != (uint)0) {
+                float v__73 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_29 = (((*(uint *)(&(v__73))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__74 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_29 = (*(uint *)(&(v__74)));
+            }
+            condval_28 = condval_29;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_28)));
+            float v__75 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_30;
+          if (((*(uint *)(&(v__75))) & (uint)2139095040) != (uint)2139095040) {
+              float v__76 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_30 = (((*(uint *)(&(v__76))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__77 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_31;
+            if (((*(uint *)(&(v__77))) & (uint)8388607) != (uint)0) {
+                float v__78 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_31 = (((*(uint *)(&(v__78))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__79 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_31 = (*(uint *)(&(v__79)));
+            }
+            condval_30 = condval_31;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_30)));
+      }
+      for (int m_0_2_1 = 0; m_0_2_1 < 4; ++m_0_2_1) {
+        for (int n_0_2_1 = 0; n_0_2_1 < 2; ++n_0_2_1) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((33 <= K) && (33 <= K)) {
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
+    __syncthreads();
+    for (int k_0_1_2 = 0; k_0_1_2 < 4; ++k_0_1_2) {
+      for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
+            float v__80 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_32;
+          if (((*(uint *)(&(v__80))) & (uint)2139095040) != (uint)2139095040) {
+              float v__81 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_32 = (((*(uint *)(&(v__81))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__82 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_33;
+            if (((*(uint *)(&(v__82))) & (uint)8388607) != (uint)0) {
+                float v__83 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_33 = (((*(uint *)(&(v__83))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__84 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_33 = (*(uint *)(&(v__84)));
+            }
+            condval_32 = condval_33;
+          }
+        a_pad_shared_dyn_warp_ptr_1[(ax0_0_2 * 4)] = (*(float *)(&(condval_32)));
+            float v__85 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_34;
+          if (((*(uint *)(&(v__85))) & (uint)2139095040) != (uint)2139095040) {
+              float v__86 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_34 = (((*(uint *)(&(v__86))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__87 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_35;
+            if (((*(uint *)(&(v__87))) & (uint)8388607) != (uint)0) {
+                float v__88 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_35 = (((*(uint *)(&(v__88))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__89 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_35 = (*(uint *)(&(v__89)));
+            }
+            condval_34 = condval_35;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 1)] = (*(float *)(&(condval_34)));
+            float v__90 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_36;
+          if (((*(uint *)(&(v__90))) & (uint)2139095040) != (uint)2139095040) {
+              float v__91 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_36 = (((*(uint *)(&(v__91))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__92 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_37;
+            if (((*(uint *)(&(v__92))) & (uint)8388607) != (uint)0) {
+                float v__93 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_37 = (((*(uint *)(&(v__93))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__94 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_37 = (*(uint *)(&(v__94)));
+            }
+            condval_36 = condval_37;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 2)] = (*(float *)(&(condval_36)));
+            float v__95 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_38;
+          if (((*(uint *)(&(v__95))) & (uint)2139095040) != (uint)2139095040) {
+              float v__96 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_38 = (((*(uint *)(&(v__96))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__97 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_39;
+            if (((*(uint *)(&(v__97))) & (uint)8388607) != (uint)0) {
+                float v__98 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_39 = (((*(uint *)(&(v__98))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__99 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_39 = (*(uint *)(&(v__99)));
+            }
+            condval_38 = condval_39;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 3)] = (*(float *)(&(condval_38)));
+      }
+      for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
+            float v__100 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_40;
+          if (((*(uint *)(&(v__100))) & (uint)2139095040) != (uint)2139095040) {
+              float v__101 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_40 = (((*(uint *)(&(v__101))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__102 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_41;
+            if (((*(uint *)(&(v__102))) & (uint)8388607) != (uint)0) {
+                float v__103 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_41 = (((*(uint *)(&(v__103))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__104 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_41 = (*(uint *)(&(v__104)));
+            }
+            condval_40 = condval_41;
+          }
+        b_pad_shared_dyn_warp_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_40)));
+            float v__105 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_42;
+          if (((*(uint *)(&(v__105))) & (uint)2139095040) != (uint)2139095040) {
+              float v__106 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_42 = (((*(uint *)(&(v__106))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__107 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_43;
+            if (((*(uint *)(&(v__107))) & (uint)8388607) != (uint)0) {
+                float v__108 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_43 = (((*(uint *)(&(v__108))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__109 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_43 = (*(uint *)(&(v__109)));
+            }
+            condval_42 = condval_43;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_42)));
+            float v__110 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_44;
+          if (((*(uint *)(&(v__110))) & (uint)2139095040) != (uint)2139095040) {
+              float v__111 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_44 = (((*(uint *)(&(v__111))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__112 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_45;
+            if (((*(uint *)(&(v__112))) & (uint)8388607) != (uint)0) {
+                float v__113 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_45 = (((*(uint *)(&(v__113))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__114 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_45 = (*(uint *)(&(v__114)));
+            }
+            condval_44 = condval_45;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_44)));
+            float v__115 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_46;
+          if (((*(uint *)(&(v__115))) & (uint)2139095040) != (uint)2139095040) {
+              float v__116 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_46 = (((*(uint *)(&(v__116))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__117 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_47;
+            if (((*(uint *)(&(v__117))) & (uint)8388607) != (uint)0) {
+                float v__118 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_47 = (((*(uint *)(&(v__118))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__119 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_47 = (*(uint *)(&(v__119)));
+            }
+            condval_46 = condval_47;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_46)));
+      }
+      for (int m_0_2_2 = 0; m_0_2_2 < 4; ++m_0_2_2) {
+        for (int n_0_2_2 = 0; n_0_2_2 < 2; ++n_0_2_2) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((1 <= K) && (1 <= K)) {
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
+    __syncthreads();
+    for (int k_0_1_3 = 0; k_0_1_3 < 4; ++k_0_1_3) {
+      for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
+            float v__120 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_48;
+          if (((*(uint *)(&(v__120))) & (uint)2139095040) != (uint)2139095040) {
+              float v__121 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_48 = (((*(uint *)(&(v__121))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__122 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_49;
+            if (((*(uint *)(&(v__122))) & (uint)8388607) != (uint)0) {
+                float v__123 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_49 = (((*(uint *)(&(v__123))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__124 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_49 = (*(uint *)(&(v__124)));
+            }
+            condval_48 = condval_49;
+          }
+        a_pad_shared_dyn_warp_ptr_1[(ax0_0_3 * 4)] = (*(float *)(&(condval_48)));
+            float v__125 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_50;
+          if (((*(uint *)(&(v__125))) & (uint)2139095040) != (uint)2139095040) {
+              float v__126 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_50 = (((*(uint *)(&(v__126))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__127 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_51;
+            if (((*(uint *)(&(v__127))) & (uint)8388607) != (uint)0) {
+                float v__128 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_51 = (((*(uint *)(&(v__128))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__129 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_51 = (*(uint *)(&(v__129)));
+            }
+            condval_50 = condval_51;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 1)] = (*(float *)(&(condval_50)));
+            float v__130 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_52;
+          if (((*(uint *)(&(v__130))) & (uint)2139095040) != (uint)2139095040) {
+              float v__131 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_52 = (((*(uint *)(&(v__131))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__132 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_53;
+            if (((*(uint *)(&(v__132))) & (uint)8388607) != (uint)0) {
+                float v__133 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_53 = (((*(uint *)(&(v__133))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__134 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_53 = (*(uint *)(&(v__134)));
+            }
+            condval_52 = condval_53;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 2)] = (*(float *)(&(condval_52)));
+            float v__135 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_54;
+          if (((*(uint *)(&(v__135))) & (uint)2139095040) != (uint)2139095040) {
+              float v__136 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_54 = (((*(uint *)(&(v__136))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__137 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_55;
+            if (((*(uint *)(&(v__137))) & (uint)8388607) != (uint)0) {
+                float v__138 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_55 = (((*(uint *)(&(v__138))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__139 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_55 = (*(uint *)(&(v__139)));
+            }
+            condval_54 = condval_55;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 3)] = (*(float *)(&(condval_54)));
+      }
+      for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
+            float v__140 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_56;
+          if (((*(uint *)(&(v__140))) & (uint)2139095040) != (uint)2139095040) {
+              float v__141 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_56 = (((*(uint *)(&(v__141))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__142 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_57;
+            if (((*(uint *)(&(v__142))) & (uint)8388607) != (uint)0) {
+                float v__143 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_57 = (((*(uint *)(&(v__143))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__144 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_57 = (*(uint *)(&(v__144)));
+            }
+            condval_56 = condval_57;
+          }
+        b_pad_shared_dyn_warp_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_56)));
+            float v__145 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_58;
+          if (((*(uint *)(&(v__145))) & (uint)2139095040) != (uint)2139095040) {
+              float v__146 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_58 = (((*(uint *)(&(v__146))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__147 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_59;
+            if (((*(uint *)(&(v__147))) & (uint)8388607) != (uint)0) {
+                float v__148 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_59 = (((*(uint *)(&(v__148))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__149 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_59 = (*(uint *)(&(v__149)));
+            }
+            condval_58 = condval_59;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_58)));
+            float v__150 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_60;
+          if (((*(uint *)(&(v__150))) & (uint)2139095040) != (uint)2139095040) {
+              float v__151 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_60 = (((*(uint *)(&(v__151))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__152 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_61;
+            if (((*(uint *)(&(v__152))) & (uint)8388607) != (uint)0) {
+                float v__153 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_61 = (((*(uint *)(&(v__153))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__154 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_61 = (*(uint *)(&(v__154)));
+            }
+            condval_60 = condval_61;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_60)));
+            float v__155 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_62;
+          if (((*(uint *)(&(v__155))) & (uint)2139095040) != (uint)2139095040) {
+              float v__156 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_62 = (((*(uint *)(&(v__156))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__157 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_63;
+            if (((*(uint *)(&(v__157))) & (uint)8388607) != (uint)0) {
+                float v__158 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_63 = (((*(uint *)(&(v__158))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__159 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_63 = (*(uint *)(&(v__159)));
+            }
+            condval_62 = condval_63;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_62)));
+      }
+      for (int m_0_2_3 = 0; m_0_2_3 < 4; ++m_0_2_3) {
+        for (int n_0_2_3 = 0; n_0_2_3 < 2; ++n_0_2_3) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3]));
   }
         }
       }
     }
   }
   __syncthreads();
-  for (int ax0_0_1 = 0; ax0_0_1 < 2; ++ax0_0_1) {
-    for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
-      a_tf32_pad_shared_ptr[(((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2))] = acc_pad_shared_warp_ptr[((ax0_0_1 * 16) + (ax1_0_1 * 8))];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 1)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 512)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 2)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 513)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 3)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 8)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 4)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 9)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 5)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 520)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 6)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 521)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 7)];
+  for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+    for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
+      ((float*)buf_dyn_shmem_ptr)[(((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2))] = acc_pad_shared_dyn_warp_ptr[((ax0_0_4 * 16) + (ax1_0_4 * 8))];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 1)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1024)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 2)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1025)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 3)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 8)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 4)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 9)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 5)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1032)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 6)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1033)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 7)];
     }
   }
   __syncthreads();
-  for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 32; ++ax0_ax1_fused_0_2) {
-    if (((((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2) < M) && ((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x)) < N)) {
-      c_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2) * N)) + ((int)threadIdx.x))] = a_tf32_pad_shared_ptr[(((((((int)threadIdx.y) >> 1) * 2048) + (ax0_ax1_fused_0_2 * 64)) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x))];
+  for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 64; ++ax0_ax1_fused_0_8) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < ((N >> 2) * 4))) {
+      c_v_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * (N >> 2)) * 4)) + ((int)threadIdx.x))] = ((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_8 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))];
     }
   }
 }
 
-extern "C" __global__ void __launch_bounds__(128) fg_matmul_float32__addend_kernel(float* __restrict__ a_ptr, float* __restrict__ addend_ptr, float* __restrict__ b_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int addend_s0, int b_s0) {
-  alignas(64) float acc_pad_shared_warp_ptr[32];
-  __shared__ alignas(64) float a_tf32_pad_shared_ptr[4096];
-  __shared__ alignas(64) float b_tf32_pad_shared_ptr[1152];
-  alignas(64) float a_tf32_pad_shared_warp_ptr[8];
-  alignas(64) float b_tf32_pad_shared_warp_ptr[8];
-  for (int m_0_2_init = 0; m_0_2_init < 2; ++m_0_2_init) {
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel_1(float* __restrict__ a_ptr, float* __restrict__ b_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int b_s0) {
+  extern __shared__ __align__(64) uchar buf_dyn_shmem_ptr[];
+  alignas(64) float acc_pad_shared_dyn_warp_1_ptr[64];
+  alignas(64) float a_pad_shared_dyn_warp_1_ptr[16];
+  alignas(64) float b_pad_shared_dyn_warp_1_ptr[8];
+  alignas(64) float a_pad_shared_dyn_warp_1_ptr_1[16];
+  alignas(64) float b_pad_shared_dyn_warp_1_ptr_1[256];
+  for (int m_0_2_init = 0; m_0_2_init < 4; ++m_0_2_init) {
     for (int n_0_2_init = 0; n_0_2_init < 2; ++n_0_2_init) {
-      acc_pad_shared_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8))] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 1)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 2)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 3)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 4)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 5)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 6)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 7)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8))] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 1)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 2)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 3)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 4)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 5)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 6)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 7)] = 0x0p+0f/*0.000000e+00*/;
     }
   }
-  for (int k_0_0 = 0; k_0_0 < ((K + 15) >> 4); ++k_0_0) {
-    __syncthreads();
-    for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 8; ++ax0_ax1_fused_0) {
+  if (0 < K) {
+    for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 16; ++ax0_ax1_fused_0) {
       float condval;
-      if ((((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) < M) && (((k_0_0 * 16) + (((int)threadIdx.x) & 15)) < K)) {
-            float v_ = a_ptr[(((k_0_0 * 16) + (((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * a_s0)) + (((int)threadIdx.x) & 15))];
-          uint condval_1;
-          if (((*(uint *)(&(v_))) & (uint)2139095040) != (uint)2139095040) {
-              float v__1 = a_ptr[(((k_0_0 * 16) + (((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * a_s0)) + (((int)threadIdx.x) & 15))];
-            condval_1 = (((*(uint *)(&(v__1))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__2 = a_ptr[(((k_0_0 * 16) + (((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * a_s0)) + (((int)threadIdx.x) & 15))];
-            uint condval_2;
-            if (((*(uint *)(&(v__2))) & (uint)8388607) != (uint)0) {
-                float v__3 = a_ptr[(((k_0_0 * 16) + (((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * a_s0)) + (((int)threadIdx.x) & 15))];
-              condval_2 = (((*(uint *)(&(v__3))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__4 = a_ptr[(((k_0_0 * 16) + (((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * a_s0)) + (((int)threadIdx.x) & 15))];
-              condval_2 = (*(uint *)(&(v__4)));
-            }
-            condval_1 = condval_2;
-          }
-        condval = (*(float *)(&(condval_1)));
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) < M) && (((int)threadIdx.x) < K)) {
+        condval = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
       } else {
         condval = 0x0p+0f/*0.000000e+00*/;
       }
-      a_tf32_pad_shared_ptr[((((ax0_ax1_fused_0 * 192) + (((int)threadIdx.y) * 48)) + ((((int)threadIdx.x) >> 4) * 24)) + (((int)threadIdx.x) & 15))] = condval;
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 16896)] = condval;
     }
-    for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 8; ++ax0_ax1_fused_0_1) {
+  }
+  if (0 < K) {
+    for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 16; ++ax0_ax1_fused_0_1) {
+      float condval_1;
+      if ((((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+        condval_1 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
+      } else {
+        condval_1 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_1 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] = condval_1;
+    }
+  }
+  if (32 < K) {
+    for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 16; ++ax0_ax1_fused_0_2) {
+      float condval_2;
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 32) < K)) {
+        condval_2 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
+      } else {
+        condval_2 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_2 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 21504)] = condval_2;
+    }
+  }
+  if (32 < K) {
+    for (int ax0_ax1_fused_0_3 = 0; ax0_ax1_fused_0_3 < 16; ++ax0_ax1_fused_0_3) {
       float condval_3;
-      if (((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) < K) && ((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x)) < N)) {
-            float v__5 = b_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) * b_s0)) + ((int)threadIdx.x))];
-          uint condval_4;
-          if (((*(uint *)(&(v__5))) & (uint)2139095040) != (uint)2139095040) {
-              float v__6 = b_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) * b_s0)) + ((int)threadIdx.x))];
-            condval_4 = (((*(uint *)(&(v__6))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__7 = b_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) * b_s0)) + ((int)threadIdx.x))];
-            uint condval_5;
-            if (((*(uint *)(&(v__7))) & (uint)8388607) != (uint)0) {
-                float v__8 = b_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) * b_s0)) + ((int)threadIdx.x))];
-              condval_5 = (((*(uint *)(&(v__8))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__9 = b_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) * b_s0)) + ((int)threadIdx.x))];
-              condval_5 = (*(uint *)(&(v__9)));
-            }
-            condval_4 = condval_5;
-          }
-        condval_3 = (*(float *)(&(condval_4)));
+      if (((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+        condval_3 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
       } else {
         condval_3 = 0x0p+0f/*0.000000e+00*/;
       }
-      b_tf32_pad_shared_ptr[((((ax0_ax1_fused_0_1 * 144) + ((((int)threadIdx.y) >> 1) * 72)) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x))] = condval_3;
+      ((float*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_3 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) + 4224)] = condval_3;
+    }
+  }
+  if (64 < K) {
+    for (int ax0_ax1_fused_0_4 = 0; ax0_ax1_fused_0_4 < 16; ++ax0_ax1_fused_0_4) {
+      float condval_4;
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 64) < K)) {
+        condval_4 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
+      } else {
+        condval_4 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_4 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 26112)] = condval_4;
+    }
+  }
+  if (64 < K) {
+    for (int ax0_ax1_fused_0_5 = 0; ax0_ax1_fused_0_5 < 16; ++ax0_ax1_fused_0_5) {
+      float condval_5;
+      if (((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+        condval_5 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
+      } else {
+        condval_5 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_5 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) + 8448)] = condval_5;
+    }
+  }
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
+    __syncthreads();
+    for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 16; ++ax0_ax1_fused_0_6) {
+      float condval_6;
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) < M) && ((((k_0_0 * 32) + ((int)threadIdx.x)) + 96) < K)) {
+        condval_6 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
+      } else {
+        condval_6 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 3) & 3) * 4608) + (ax0_ax1_fused_0_6 * 288)) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 16896)] = condval_6;
+    }
+    for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 16; ++ax0_ax1_fused_0_7) {
+      float condval_7;
+      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+        condval_7 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+      } else {
+        condval_7 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 3) & 3) * 4224) + (ax0_ax1_fused_0_7 * 264)) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] = condval_7;
     }
     __syncthreads();
-    for (int k_0_1 = 0; k_0_1 < 2; ++k_0_1) {
-      for (int ax0_0 = 0; ax0_0 < 2; ++ax0_0) {
-        a_tf32_pad_shared_warp_ptr[(ax0_0 * 4)] = a_tf32_pad_shared_ptr[((((((((int)threadIdx.y) >> 1) * 768) + (ax0_0 * 384)) + ((((int)threadIdx.x) >> 2) * 24)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3))];
-        a_tf32_pad_shared_warp_ptr[((ax0_0 * 4) + 1)] = a_tf32_pad_shared_ptr[(((((((((int)threadIdx.y) >> 1) * 768) + (ax0_0 * 384)) + ((((int)threadIdx.x) >> 2) * 24)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 192)];
-        a_tf32_pad_shared_warp_ptr[((ax0_0 * 4) + 2)] = a_tf32_pad_shared_ptr[(((((((((int)threadIdx.y) >> 1) * 768) + (ax0_0 * 384)) + ((((int)threadIdx.x) >> 2) * 24)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 4)];
-        a_tf32_pad_shared_warp_ptr[((ax0_0 * 4) + 3)] = a_tf32_pad_shared_ptr[(((((((((int)threadIdx.y) >> 1) * 768) + (ax0_0 * 384)) + ((((int)threadIdx.x) >> 2) * 24)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 196)];
+    for (int k_0_1 = 0; k_0_1 < 4; ++k_0_1) {
+      for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
+            float v_ = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_8;
+          if (((*(uint *)(&(v_))) & (uint)2139095040) != (uint)2139095040) {
+              float v__1 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_8 = (((*(uint *)(&(v__1))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__2 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_9;
+            if (((*(uint *)(&(v__2))) & (uint)8388607) != (uint)0) {
+                float v__3 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_9 = (((*(uint *)(&(v__3))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__4 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_9 = (*(uint *)(&(v__4)));
+            }
+            condval_8 = condval_9;
+          }
+        a_pad_shared_dyn_warp_1_ptr[(ax0_0 * 4)] = (*(float *)(&(condval_8)));
+            float v__5 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_10;
+          if (((*(uint *)(&(v__5))) & (uint)2139095040) != (uint)2139095040) {
+              float v__6 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_10 = (((*(uint *)(&(v__6))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__7 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_11;
+            if (((*(uint *)(&(v__7))) & (uint)8388607) != (uint)0) {
+                float v__8 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_11 = (((*(uint *)(&(v__8))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__9 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_11 = (*(uint *)(&(v__9)));
+            }
+            condval_10 = condval_11;
+          }
+        a_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 1)] = (*(float *)(&(condval_10)));
+            float v__10 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_12;
+          if (((*(uint *)(&(v__10))) & (uint)2139095040) != (uint)2139095040) {
+              float v__11 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_12 = (((*(uint *)(&(v__11))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__12 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_13;
+            if (((*(uint *)(&(v__12))) & (uint)8388607) != (uint)0) {
+                float v__13 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_13 = (((*(uint *)(&(v__13))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__14 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_13 = (*(uint *)(&(v__14)));
+            }
+            condval_12 = condval_13;
+          }
+        a_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 2)] = (*(float *)(&(condval_12)));
+            float v__15 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_14;
+          if (((*(uint *)(&(v__15))) & (uint)2139095040) != (uint)2139095040) {
+              float v__16 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_14 = (((*(uint *)(&(v__16))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__17 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_15;
+            if (((*(uint *)(&(v__17))) & (uint)8388607) != (uint)0) {
+                float v__18 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_15 = (((*(uint *)(&(v__18))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__19 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_15 = (*(uint *)(&(v__19)));
+            }
+            condval_14 = condval_15;
+          }
+        a_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 3)] = (*(float *)(&(condval_14)));
       }
       for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
-        b_tf32_pad_shared_warp_ptr[(ax1_0 * 4)] = b_tf32_pad_shared_ptr[(((((k_0_1 * 576) + ((((int)threadIdx.x) & 3) * 72)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_warp_ptr[((ax1_0 * 4) + 1)] = b_tf32_pad_shared_ptr[((((((k_0_1 * 576) + ((((int)threadIdx.x) & 3) * 72)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 288)];
-        b_tf32_pad_shared_warp_ptr[((ax1_0 * 4) + 2)] = b_tf32_pad_shared_ptr[((((((k_0_1 * 576) + ((((int)threadIdx.x) & 3) * 72)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_warp_ptr[((ax1_0 * 4) + 3)] = b_tf32_pad_shared_ptr[((((((k_0_1 * 576) + ((((int)threadIdx.x) & 3) * 72)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 296)];
+            float v__20 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_16;
+          if (((*(uint *)(&(v__20))) & (uint)2139095040) != (uint)2139095040) {
+              float v__21 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_16 = (((*(uint *)(&(v__21))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__22 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_17;
+            if (((*(uint *)(&(v__22))) & (uint)8388607) != (uint)0) {
+                float v__23 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_17 = (((*(uint *)(&(v__23))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__24 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_17 = (*(uint *)(&(v__24)));
+            }
+            condval_16 = condval_17;
+          }
+        b_pad_shared_dyn_warp_1_ptr[(ax1_0 * 4)] = (*(float *)(&(condval_16)));
+            float v__25 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_18;
+          if (((*(uint *)(&(v__25))) & (uint)2139095040) != (uint)2139095040) {
+              float v__26 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_18 = (((*(uint *)(&(v__26))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__27 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_19;
+            if (((*(uint *)(&(v__27))) & (uint)8388607) != (uint)0) {
+                float v__28 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_19 = (((*(uint *)(&(v__28))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__29 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_19 = (*(uint *)(&(v__29)));
+            }
+            condval_18 = condval_19;
+          }
+        b_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 1)] = (*(float *)(&(condval_18)));
+            float v__30 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_20;
+          if (((*(uint *)(&(v__30))) & (uint)2139095040) != (uint)2139095040) {
+              float v__31 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_20 = (((*(uint *)(&(v__31))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__32 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_21;
+            if (((*(uint *)(&(v__32))) & (uint)8388607) != (uint)0) {
+                float v__33 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_21 = (((*(uint *)(&(v__33))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__34 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_21 = (*(uint *)(&(v__34)));
+            }
+            condval_20 = condval_21;
+          }
+        b_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 2)] = (*(float *)(&(condval_20)));
+            float v__35 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_22;
+          if (((*(uint *)(&(v__35))) & (uint)2139095040) != (uint)2139095040) {
+              float v__36 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_22 = (((*(uint *)(&(v__36))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__37 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_23;
+            if (((*(uint *)(&(v__37))) & (uint)8388607) != (uint)0) {
+                float v__38 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_23 = (((*(uint *)(&(v__38))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__39 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_23 = (*(uint *)(&(v__39)));
+            }
+            condval_22 = condval_23;
+          }
+        b_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 3)] = (*(float *)(&(condval_22)));
       }
-      for (int m_0_2 = 0; m_0_2 < 2; ++m_0_2) {
+      for (int m_0_2 = 0; m_0_2 < 4; ++m_0_2) {
         for (int n_0_2 = 0; n_0_2 < 2; ++n_0_2) {
 
   {
     __asm__ __volatile__(
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_warp_ptr + (n_0_2 * 4)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_warp_ptr + (n_0_2 * 4)))[1]), "f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + (n_0_2 * 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + (n_0_2 * 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
   }
 
   {
     __asm__ __volatile__(
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_warp_ptr + ((n_0_2 * 4) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_warp_ptr + ((n_0_2 * 4) + 2)))[1]), "f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + ((n_0_2 * 4) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + ((n_0_2 * 4) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((65 <= K) && (65 <= K)) {
+    for (int k_0_1_1 = 0; k_0_1_1 < 4; ++k_0_1_1) {
+      for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
+            float v__40 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_24;
+          if (((*(uint *)(&(v__40))) & (uint)2139095040) != (uint)2139095040) {
+              float v__41 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_24 = (((*(uint *)(&(v__41))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__42 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_25;
+            if (((*(uint *)(&(v__42))) & (uint)8388607) != (uint)0) {
+                float v__43 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_25 = (((*(uint *)(&(v__43))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__44 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_25 = (*(uint *)(&(v__44)));
+            }
+            condval_24 = condval_25;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[(ax0_0_1 * 4)] = (*(float *)(&(condval_24)));
+            float v__45 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_26;
+          if (((*(uint *)(&(v__45))) & (uint)2139095040) != (uint)2139095040) {
+              float v__46 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_26 = (((*(uint *)(&(v__46))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__47 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_27;
+            if (((*(uint *)(&(v__47))) & (uint)8388607) != (uint)0) {
+                float v__48 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_27 = (((*(uint *)(&(v__48))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__49 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_27 = (*(uint *)(&(v__49)));
+            }
+            condval_26 = condval_27;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 1)] = (*(float *)(&(condval_26)));
+            float v__50 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_28;
+          if (((*(uint *)(&(v__50))) & (uint)2139095040) != (uint)2139095040) {
+              float v__51 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_28 = (((*(uint *)(&(v__51))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__52 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_29;
+            if (((*(uint *)(&(v__52))) & (uint)8388607) != (uint)0) {
+                float v__53 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_29 = (((*(uint *)(&(v__53))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__54 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_29 = (*(uint *)(&(v__54)));
+            }
+            condval_28 = condval_29;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 2)] = (*(float *)(&(condval_28)));
+            float v__55 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_30;
+          if (((*(uint *)(&(v__55))) & (uint)2139095040) != (uint)2139095040) {
+              float v__56 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_30 = (((*(uint *)(&(v__56))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__57 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_31;
+            if (((*(uint *)(&(v__57))) & (uint)8388607) != (uint)0) {
+                float v__58 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_31 = (((*(uint *)(&(v__58))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__59 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_31 = (*(uint *)(&(v__59)));
+            }
+            condval_30 = condval_31;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 3)] = (*(float *)(&(condval_30)));
+      }
+      for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
+            float v__60 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_32;
+          if (((*(uint *)(&(v__60))) & (uint)2139095040) != (uint)2139095040) {
+              float v__61 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_32 = (((*(uint *)(&(v__61))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__62 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_33;
+            if (((*(uint *)(&(v__62))) & (uint)8388607) != (uint)0) {
+                float v__63 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_33 = (((*(uint *)(&(v__63))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__64 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_33 = (*(uint *)(&(v__64)));
+            }
+            condval_32 = condval_33;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_32)));
+            float v__65 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_34;
+          if (((*(uint *)(&(v__65))) & (uint)2139095040) != (uint)2139095040) {
+              float v__66 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_34 = (((*(uint *)(&(v__66))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__67 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_35;
+            if (((*(uint *)(&(v__67))) & (uint)8388607) != (uint)0) {
+                float v__68 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_35 = (((*(uint *)(&(v__68))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__69 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_35 = (*(uint *)(&(v__69)));
+            }
+            condval_34 = condval_35;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_34)));
+            float v__70 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_36;
+          if (((*(uint *)(&(v__70))) & (uint)2139095040) != (uint)2139095040) {
+              float v__71 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_36 = (((*(uint *)(&(v__71))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__72 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_37;
+            if (((*(uint *)(&(v__72))) & (uint)8388607) != (uint)0) {
+                float v__73 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_37 = (((*(uint *)(&(v__73))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__74 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_37 = (*(uint *)(&(v__74)));
+            }
+            condval_36 = condval_37;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_36)));
+            float v__75 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_38;
+          if (((*(uint *)(&(v__75))) & (uint)2139095040) != (uint)2139095040) {
+              float v__76 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_38 = (((*(uint *)(&(v__76))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__77 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_39;
+            if (((*(uint *)(&(v__77))) & (uint)8388607) != (uint)0) {
+                float v__78 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_39 = (((*(uint *)(&(v__78))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__79 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_39 = (*(uint *)(&(v__79)));
+            }
+            condval_38 = condval_39;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_38)));
+      }
+      for (int m_0_2_1 = 0; m_0_2_1 < 4; ++m_0_2_1) {
+        for (int n_0_2_1 = 0; n_0_2_1 < 2; ++n_0_2_1) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((33 <= K) && (33 <= K)) {
+    for (int k_0_1_2 = 0; k_0_1_2 < 4; ++k_0_1_2) {
+      for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
+            float v__80 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_40;
+          if (((*(uint *)(&(v__80))) & (uint)2139095040) != (uint)2139095040) {
+              float v__81 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_40 = (((*(uint *)(&(v__81))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__82 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_41;
+            if (((*(uint *)(&(v__82))) & (uint)8388607) != (uint)0) {
+                float v__83 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_41 = (((*(uint *)(&(v__83))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__84 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_41 = (*(uint *)(&(v__84)));
+            }
+            condval_40 = condval_41;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[(ax0_0_2 * 4)] = (*(float *)(&(condval_40)));
+            float v__85 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_42;
+          if (((*(uint *)(&(v__85))) & (uint)2139095040) != (uint)2139095040) {
+              float v__86 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_42 = (((*(uint *)(&(v__86))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__87 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_43;
+            if (((*(uint *)(&(v__87))) & (uint)8388607) != (uint)0) {
+                float v__88 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_43 = (((*(uint *)(&(v__88))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__89 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_43 = (*(uint *)(&(v__89)));
+            }
+            condval_42 = condval_43;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 1)] = (*(float *)(&(condval_42)));
+            float v__90 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_44;
+          if (((*(uint *)(&(v__90))) & (uint)2139095040) != (uint)2139095040) {
+              float v__91 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_44 = (((*(uint *)(&(v__91))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__92 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_45;
+            if (((*(uint *)(&(v__92))) & (uint)8388607) != (uint)0) {
+                float v__93 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_45 = (((*(uint *)(&(v__93))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__94 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_45 = (*(uint *)(&(v__94)));
+            }
+            condval_44 = condval_45;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 2)] = (*(float *)(&(condval_44)));
+            float v__95 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_46;
+          if (((*(uint *)(&(v__95))) & (uint)2139095040) != (uint)2139095040) {
+              float v__96 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_46 = (((*(uint *)(&(v__96))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__97 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_47;
+            if (((*(uint *)(&(v__97))) & (uint)8388607) != (uint)0) {
+                float v__98 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_47 = (((*(uint *)(&(v__98))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__99 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_47 = (*(uint *)(&(v__99)));
+            }
+            condval_46 = condval_47;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 3)] = (*(float *)(&(condval_46)));
+      }
+      for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
+            float v__100 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_48;
+          if (((*(uint *)(&(v__100))) & (uint)2139095040) != (uint)2139095040) {
+              float v__101 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_48 = (((*(uint *)(&(v__101))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__102 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_49;
+            if (((*(uint *)(&(v__102))) & (uint)8388607) != (uint)0) {
+                float v__103 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_49 = (((*(uint *)(&(v__103))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__104 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_49 = (*(uint *)(&(v__104)));
+            }
+            condval_48 = condval_49;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_48)));
+            float v__105 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_50;
+          if (((*(uint *)(&(v__105))) & (uint)2139095040) != (uint)2139095040) {
+              float v__106 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_50 = (((*(uint *)(&(v__106))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__107 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_51;
+            if (((*(uint *)(&(v__107))) & (uint)8388607) != (uint)0) {
+                float v__108 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_51 = (((*(uint *)(&(v__108))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__109 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_51 = (*(uint *)(&(v__109)));
+            }
+            condval_50 = condval_51;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_50)));
+            float v__110 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_52;
+          if (((*(uint *)(&(v__110))) & (uint)2139095040) != (uint)2139095040) {
+              float v__111 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_52 = (((*(uint *)(&(v__111))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__112 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_53;
+            if (((*(uint *)(&(v__112))) & (uint)8388607) != (uint)0) {
+                float v__113 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_53 = (((*(uint *)(&(v__113))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__114 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_53 = (*(uint *)(&(v__114)));
+            }
+            condval_52 = condval_53;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_52)));
+            float v__115 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_54;
+          if (((*(uint *)(&(v__115))) & (uint)2139095040) != (uint)2139095040) {
+              float v__116 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_54 = (((*(uint *)(&(v__116))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__117 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_55;
+            if (((*(uint *)(&(v__117))) & (uint)8388607) != (uint)0) {
+                float v__118 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_55 = (((*(uint *)(&(v__118))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__119 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_55 = (*(uint *)(&(v__119)));
+            }
+            condval_54 = condval_55;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_54)));
+      }
+      for (int m_0_2_2 = 0; m_0_2_2 < 4; ++m_0_2_2) {
+        for (int n_0_2_2 = 0; n_0_2_2 < 2; ++n_0_2_2) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((1 <= K) && (1 <= K)) {
+    for (int k_0_1_3 = 0; k_0_1_3 < 4; ++k_0_1_3) {
+      for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
+            float v__120 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_56;
+          if (((*(uint *)(&(v__120))) & (uint)2139095040) != (uint)2139095040) {
+              float v__121 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_56 = (((*(uint *)(&(v__121))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__122 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_57;
+            if (((*(uint *)(&(v__122))) & (uint)8388607) != (uint)0) {
+                float v__123 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_57 = (((*(uint *)(&(v__123))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__124 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_57 = (*(uint *)(&(v__124)));
+            }
+            condval_56 = condval_57;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[(ax0_0_3 * 4)] = (*(float *)(&(condval_56)));
+            float v__125 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_58;
+          if (((*(uint *)(&(v__125))) & (uint)2139095040) != (uint)2139095040) {
+              float v__126 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_58 = (((*(uint *)(&(v__126))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__127 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_59;
+            if (((*(uint *)(&(v__127))) & (uint)8388607) != (uint)0) {
+                float v__128 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_59 = (((*(uint *)(&(v__128))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__129 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_59 = (*(uint *)(&(v__129)));
+            }
+            condval_58 = condval_59;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 1)] = (*(float *)(&(condval_58)));
+            float v__130 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_60;
+          if (((*(uint *)(&(v__130))) & (uint)2139095040) != (uint)2139095040) {
+              float v__131 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_60 = (((*(uint *)(&(v__131))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__132 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_61;
+            if (((*(uint *)(&(v__132))) & (uint)8388607) != (uint)0) {
+                float v__133 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_61 = (((*(uint *)(&(v__133))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__134 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_61 = (*(uint *)(&(v__134)));
+            }
+            condval_60 = condval_61;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 2)] = (*(float *)(&(condval_60)));
+            float v__135 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_62;
+          if (((*(uint *)(&(v__135))) & (uint)2139095040) != (uint)2139095040) {
+              float v__136 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_62 = (((*(uint *)(&(v__136))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__137 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_63;
+            if (((*(uint *)(&(v__137))) & (uint)8388607) != (uint)0) {
+                float v__138 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_63 = (((*(uint *)(&(v__138))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__139 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_63 = (*(uint *)(&(v__139)));
+            }
+            condval_62 = condval_63;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 3)] = (*(float *)(&(condval_62)));
+      }
+      for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
+            float v__140 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_64;
+          if (((*(uint *)(&(v__140))) & (uint)2139095040) != (uint)2139095040) {
+              float v__141 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_64 = (((*(uint *)(&(v__141))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__142 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_65;
+            if (((*(uint *)(&(v__142))) & (uint)8388607) != (uint)0) {
+                float v__143 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_65 = (((*(uint *)(&(v__143))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__144 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_65 = (*(uint *)(&(v__144)));
+            }
+            condval_64 = condval_65;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_64)));
+            float v__145 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_66;
+          if (((*(uint *)(&(v__145))) & (uint)2139095040) != (uint)2139095040) {
+              float v__146 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_66 = (((*(uint *)(&(v__146))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__147 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_67;
+            if (((*(uint *)(&(v__147))) & (uint)8388607) != (uint)0) {
+                float v__148 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_67 = (((*(uint *)(&(v__148))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__149 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_67 = (*(uint *)(&(v__149)));
+            }
+            condval_66 = condval_67;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_66)));
+            float v__150 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_68;
+          if (((*(uint *)(&(v__150))) & (uint)2139095040) != (uint)2139095040) {
+              float v__151 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_68 = (((*(uint *)(&(v__151))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__152 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_69;
+            if (((*(uint *)(&(v__152))) & (uint)8388607) != (uint)0) {
+                float v__153 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_69 = (((*(uint *)(&(v__153))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__154 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_69 = (*(uint *)(&(v__154)));
+            }
+            condval_68 = condval_69;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_68)));
+            float v__155 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_70;
+          if (((*(uint *)(&(v__155))) & (uint)2139095040) != (uint)2139095040) {
+              float v__156 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_70 = (((*(uint *)(&(v__156))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__157 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_71;
+            if (((*(uint *)(&(v__157))) & (uint)8388607) != (uint)0) {
+                float v__158 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_71 = (((*(uint *)(&(v__158))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__159 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_71 = (*(uint *)(&(v__159)));
+            }
+            condval_70 = condval_71;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_70)));
+      }
+      for (int m_0_2_3 = 0; m_0_2_3 < 4; ++m_0_2_3) {
+        for (int n_0_2_3 = 0; n_0_2_3 < 2; ++n_0_2_3) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3]));
   }
         }
       }
     }
   }
   __syncthreads();
-  for (int ax0_0_1 = 0; ax0_0_1 < 2; ++ax0_0_1) {
-    for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
-      a_tf32_pad_shared_ptr[(((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2))] = acc_pad_shared_warp_ptr[((ax0_0_1 * 16) + (ax1_0_1 * 8))];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 1)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 512)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 2)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 513)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 3)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 8)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 4)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 9)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 5)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 520)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 6)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 521)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 7)];
+  for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+    for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
+      ((float*)buf_dyn_shmem_ptr)[(((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2))] = acc_pad_shared_dyn_warp_1_ptr[((ax0_0_4 * 16) + (ax1_0_4 * 8))];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 1)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1024)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 2)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1025)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 3)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 8)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 4)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 9)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 5)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1032)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 6)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1033)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 7)];
     }
   }
   __syncthreads();
-  for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 32; ++ax0_ax1_fused_0_2) {
-    if (((((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2) < M) && ((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x)) < N)) {
-      c_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2) * N)) + ((int)threadIdx.x))] = (a_tf32_pad_shared_ptr[(((((((int)threadIdx.y) >> 1) * 2048) + (ax0_ax1_fused_0_2 * 64)) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x))] + addend_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2) * addend_s0)) + ((int)threadIdx.x))]);
+  for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 64; ++ax0_ax1_fused_0_8) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+      c_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * N)) + ((int)threadIdx.x))] = ((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_8 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))];
     }
   }
 }
 
-extern "C" __global__ void __launch_bounds__(128) fg_matmul_float32__bias_kernel(float* __restrict__ a_ptr, float* __restrict__ b_ptr, float* __restrict__ bias_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int b_s0) {
-  alignas(64) float acc_pad_shared_warp_ptr[32];
-  __shared__ alignas(64) float a_tf32_pad_shared_ptr[4096];
-  __shared__ alignas(64) float b_tf32_pad_shared_ptr[1152];
-  alignas(64) float a_tf32_pad_shared_warp_ptr[8];
-  alignas(64) float b_tf32_pad_shared_warp_ptr[8];
-  for (int m_0_2_init = 0; m_0_2_init < 2; ++m_0_2_init) {
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kernel(float* __restrict__ a_v_ptr, float* __restrict__ addend_ptr, float* __restrict__ b_v_ptr, float* __restrict__ c_v_ptr, int K, int M, int N, int a_s0, int addend_s0, int b_s0) {
+  extern __shared__ __align__(64) uchar buf_dyn_shmem_ptr[];
+  alignas(64) float acc_pad_shared_dyn_warp_ptr[64];
+  alignas(64) float a_pad_shared_dyn_warp_ptr[16];
+  alignas(64) float b_pad_shared_dyn_warp_ptr[8];
+  alignas(64) float a_pad_shared_dyn_warp_ptr_1[16];
+  alignas(64) float b_pad_shared_dyn_warp_ptr_1[256];
+  for (int m_0_2_init = 0; m_0_2_init < 4; ++m_0_2_init) {
     for (int n_0_2_init = 0; n_0_2_init < 2; ++n_0_2_init) {
-      acc_pad_shared_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8))] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 1)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 2)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 3)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 4)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 5)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 6)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 7)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8))] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 1)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 2)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 3)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 4)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 5)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 6)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 7)] = 0x0p+0f/*0.000000e+00*/;
     }
   }
-  for (int k_0_0 = 0; k_0_0 < ((K + 15) >> 4); ++k_0_0) {
-    __syncthreads();
-    for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 8; ++ax0_ax1_fused_0) {
-      float condval;
-      if ((((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) < M) && (((k_0_0 * 16) + (((int)threadIdx.x) & 15)) < K)) {
-            float v_ = a_ptr[(((k_0_0 * 16) + (((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * a_s0)) + (((int)threadIdx.x) & 15))];
-          uint condval_1;
-          if (((*(uint *)(&(v_))) & (uint)2139095040) != (uint)2139095040) {
-              float v__1 = a_ptr[(((k_0_0 * 16) + (((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * a_s0)) + (((int)threadIdx.x) & 15))];
-            condval_1 = (((*(uint *)(&(v__1))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__2 = a_ptr[(((k_0_0 * 16) + (((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * a_s0)) + (((int)threadIdx.x) & 15))];
-            uint condval_2;
-            if (((*(uint *)(&(v__2))) & (uint)8388607) != (uint)0) {
-                float v__3 = a_ptr[(((k_0_0 * 16) + (((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * a_s0)) + (((int)threadIdx.x) & 15))];
-              condval_2 = (((*(uint *)(&(v__3))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__4 = a_ptr[(((k_0_0 * 16) + (((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * a_s0)) + (((int)threadIdx.x) & 15))];
-              condval_2 = (*(uint *)(&(v__4)));
-            }
-            condval_1 = condval_2;
-          }
-        condval = (*(float *)(&(condval_1)));
-      } else {
-        condval = 0x0p+0f/*0.000000e+00*/;
-      }
-      a_tf32_pad_shared_ptr[((((ax0_ax1_fused_0 * 192) + (((int)threadIdx.y) * 48)) + ((((int)threadIdx.x) >> 4) * 24)) + (((int)threadIdx.x) & 15))] = condval;
+  if (0 < K) {
+    for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 4; ++ax0_ax1_fused_0) {
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 16896), a_v_ptr, (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < 0)));
     }
-    for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 8; ++ax0_ax1_fused_0_1) {
-      float condval_3;
-      if (((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) < K) && ((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x)) < N)) {
-            float v__5 = b_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) * b_s0)) + ((int)threadIdx.x))];
-          uint condval_4;
-          if (((*(uint *)(&(v__5))) & (uint)2139095040) != (uint)2139095040) {
-              float v__6 = b_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) * b_s0)) + ((int)threadIdx.x))];
-            condval_4 = (((*(uint *)(&(v__6))) + (uint)4096) & (uint)4294959104);
+    for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 4; ++ax0_ax1_fused_0_1) {
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, (((ax0_ax1_fused_0_1 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)), ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)));
+    }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
+  }
+  if (32 < K) {
+    for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 4; ++ax0_ax1_fused_0_2) {
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_2 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 21504), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < -8)));
+    }
+    for (int ax0_ax1_fused_0_3 = 0; ax0_ax1_fused_0_3 < 4; ++ax0_ax1_fused_0_3) {
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, ((((ax0_ax1_fused_0_3 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)) + 4224), b_v_ptr, (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)), (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)));
+    }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
+  }
+  if (64 < K) {
+    for (int ax0_ax1_fused_0_4 = 0; ax0_ax1_fused_0_4 < 4; ++ax0_ax1_fused_0_4) {
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_4 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 26112), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < -16)));
+    }
+    for (int ax0_ax1_fused_0_5 = 0; ax0_ax1_fused_0_5 < 4; ++ax0_ax1_fused_0_5) {
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, ((((ax0_ax1_fused_0_5 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)) + 8448), b_v_ptr, (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)), (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)));
+    }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
+  }
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
+    __syncthreads();
+    for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 4; ++ax0_ax1_fused_0_6) {
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, ((((((((k_0_0 + 3) & 3) * 4608) + (ax0_ax1_fused_0_6 * 1152)) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 16896), a_v_ptr, ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && ((((k_0_0 * 8) + (((int)threadIdx.x) & 7)) - (K >> 2)) < -24)));
+    }
+    for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 4; ++ax0_ax1_fused_0_7) {
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, ((((((k_0_0 + 3) & 3) * 4224) + (ax0_ax1_fused_0_7 * 1056)) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)), ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)));
+    }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_3();
+    __syncthreads();
+    for (int k_0_1 = 0; k_0_1 < 4; ++k_0_1) {
+      for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
+            float v_ = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval;
+          if (((*(uint *)(&(v_))) & (uint)2139095040) != (uint)2139095040) {
+              float v__1 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval = (((*(uint *)(&(v__1))) + (uint)4096) & (uint)4294959104);
           } else {
-              float v__7 = b_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) * b_s0)) + ((int)threadIdx.x))];
-            uint condval_5;
-            if (((*(uint *)(&(v__7))) & (uint)8388607) != (uint)0) {
-                float v__8 = b_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) * b_s0)) + ((int)threadIdx.x))];
-              condval_5 = (((*(uint *)(&(v__8))) | (uint)4194304) & (uint)4294959104);
+              float v__2 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_1;
+            if (((*(uint *)(&(v__2))) & (uint)8388607) != (uint)0) {
+                float v__3 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_1 = (((*(uint *)(&(v__3))) | (uint)4194304) & (uint)4294959104);
             } else {
-                float v__9 = b_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) * b_s0)) + ((int)threadIdx.x))];
-              condval_5 = (*(uint *)(&(v__9)));
+                float v__4 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_1 = (*(uint *)(&(v__4)));
+            }
+            condval = condval_1;
+          }
+        a_pad_shared_dyn_warp_ptr[(ax0_0 * 4)] = (*(float *)(&(condval)));
+            float v__5 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_2;
+          if (((*(uint *)(&(v__5))) & (uint)2139095040) != (uint)2139095040) {
+              float v__6 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_2 = (((*(uint *)(&(v__6))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__7 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_3;
+            if (((*(uint *)(&(v__7))) & (uint)8388607) != (uint)0) {
+                float v__8 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_3 = (((*(uint *)(&(v__8))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__9 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_3 = (*(uint *)(&(v__9)));
+            }
+            condval_2 = condval_3;
+          }
+        a_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 1)] = (*(float *)(&(condval_2)));
+            float v__10 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_4;
+          if (((*(uint *)(&(v__10))) & (uint)2139095040) != (uint)2139095040) {
+              float v__11 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_4 = (((*(uint *)(&(v__11))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__12 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_5;
+            if (((*(uint *)(&(v__12))) & (uint)8388607) != (uint)0) {
+                float v__13 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_5 = (((*(uint *)(&(v__13))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__14 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_5 = (*(uint *)(&(v__14)));
             }
             condval_4 = condval_5;
           }
-        condval_3 = (*(float *)(&(condval_4)));
-      } else {
-        condval_3 = 0x0p+0f/*0.000000e+00*/;
-      }
-      b_tf32_pad_shared_ptr[((((ax0_ax1_fused_0_1 * 144) + ((((int)threadIdx.y) >> 1) * 72)) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x))] = condval_3;
-    }
-    __syncthreads();
-    for (int k_0_1 = 0; k_0_1 < 2; ++k_0_1) {
-      for (int ax0_0 = 0; ax0_0 < 2; ++ax0_0) {
-        a_tf32_pad_shared_warp_ptr[(ax0_0 * 4)] = a_tf32_pad_shared_ptr[((((((((int)threadIdx.y) >> 1) * 768) + (ax0_0 * 384)) + ((((int)threadIdx.x) >> 2) * 24)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3))];
-        a_tf32_pad_shared_warp_ptr[((ax0_0 * 4) + 1)] = a_tf32_pad_shared_ptr[(((((((((int)threadIdx.y) >> 1) * 768) + (ax0_0 * 384)) + ((((int)threadIdx.x) >> 2) * 24)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 192)];
-        a_tf32_pad_shared_warp_ptr[((ax0_0 * 4) + 2)] = a_tf32_pad_shared_ptr[(((((((((int)threadIdx.y) >> 1) * 768) + (ax0_0 * 384)) + ((((int)threadIdx.x) >> 2) * 24)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 4)];
-        a_tf32_pad_shared_warp_ptr[((ax0_0 * 4) + 3)] = a_tf32_pad_shared_ptr[(((((((((int)threadIdx.y) >> 1) * 768) + (ax0_0 * 384)) + ((((int)threadIdx.x) >> 2) * 24)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 196)];
+        a_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 2)] = (*(float *)(&(condval_4)));
+            float v__15 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_6;
+          if (((*(uint *)(&(v__15))) & (uint)2139095040) != (uint)2139095040) {
+              float v__16 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_6 = (((*(uint *)(&(v__16))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__17 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_7;
+            if (((*(uint *)(&(v__17))) & (uint)8388607) != (uint)0) {
+                float v__18 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_7 = (((*(uint *)(&(v__18))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__19 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_7 = (*(uint *)(&(v__19)));
+            }
+            condval_6 = condval_7;
+          }
+        a_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 3)] = (*(float *)(&(condval_6)));
       }
       for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
-        b_tf32_pad_shared_warp_ptr[(ax1_0 * 4)] = b_tf32_pad_shared_ptr[(((((k_0_1 * 576) + ((((int)threadIdx.x) & 3) * 72)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_warp_ptr[((ax1_0 * 4) + 1)] = b_tf32_pad_shared_ptr[((((((k_0_1 * 576) + ((((int)threadIdx.x) & 3) * 72)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 288)];
-        b_tf32_pad_shared_warp_ptr[((ax1_0 * 4) + 2)] = b_tf32_pad_shared_ptr[((((((k_0_1 * 576) + ((((int)threadIdx.x) & 3) * 72)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_warp_ptr[((ax1_0 * 4) + 3)] = b_tf32_pad_shared_ptr[((((((k_0_1 * 576) + ((((int)threadIdx.x) & 3) * 72)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 296)];
+            float v__20 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_8;
+          if (((*(uint *)(&(v__20))) & (uint)2139095040) != (uint)2139095040) {
+              float v__21 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_8 = (((*(uint *)(&(v__21))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__22 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_9;
+            if (((*(uint *)(&(v__22))) & (uint)8388607) != (uint)0) {
+                float v__23 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_9 = (((*(uint *)(&(v__23))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__24 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_9 = (*(uint *)(&(v__24)));
+            }
+            condval_8 = condval_9;
+          }
+        b_pad_shared_dyn_warp_ptr[(ax1_0 * 4)] = (*(float *)(&(condval_8)));
+            float v__25 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_10;
+          if (((*(uint *)(&(v__25))) & (uint)2139095040) != (uint)2139095040) {
+              float v__26 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_10 = (((*(uint *)(&(v__26))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__27 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_11;
+            if (((*(uint *)(&(v__27))) & (uint)8388607) != (uint)0) {
+                float v__28 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_11 = (((*(uint *)(&(v__28))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__29 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_11 = (*(uint *)(&(v__29)));
+            }
+            condval_10 = condval_11;
+          }
+        b_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 1)] = (*(float *)(&(condval_10)));
+            float v__30 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_12;
+          if (((*(uint *)(&(v__30))) & (uint)2139095040) != (uint)2139095040) {
+              float v__31 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_12 = (((*(uint *)(&(v__31))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__32 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_13;
+            if (((*(uint *)(&(v__32))) & (uint)8388607) != (uint)0) {
+                float v__33 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_13 = (((*(uint *)(&(v__33))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__34 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_13 = (*(uint *)(&(v__34)));
+            }
+            condval_12 = condval_13;
+          }
+        b_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 2)] = (*(float *)(&(condval_12)));
+            float v__35 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_14;
+          if (((*(uint *)(&(v__35))) & (uint)2139095040) != (uint)2139095040) {
+              float v__36 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_14 = (((*(uint *)(&(v__36))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__37 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_15;
+            if (((*(uint *)(&(v__37))) & (uint)8388607) != (uint)0) {
+                float v__38 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_15 = (((*(uint *)(&(v__38))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__39 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_15 = (*(uint *)(&(v__39)));
+            }
+            condval_14 = condval_15;
+          }
+        b_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 3)] = (*(float *)(&(condval_14)));
       }
-      for (int m_0_2 = 0; m_0_2 < 2; ++m_0_2) {
+      for (int m_0_2 = 0; m_0_2 < 4; ++m_0_2) {
         for (int n_0_2 = 0; n_0_2 < 2; ++n_0_2) {
 
   {
     __asm__ __volatile__(
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_warp_ptr + (n_0_2 * 4)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_warp_ptr + (n_0_2 * 4)))[1]), "f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + (n_0_2 * 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + (n_0_2 * 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
   }
 
   {
     __asm__ __volatile__(
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_warp_ptr + ((n_0_2 * 4) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_warp_ptr + ((n_0_2 * 4) + 2)))[1]), "f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + ((n_0_2 * 4) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + ((n_0_2 * 4) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((65 <= K) && (65 <= K)) {
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
+    __syncthreads();
+    for (int k_0_1_1 = 0; k_0_1_1 < 4; ++k_0_1_1) {
+      for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
+            float v__40 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_16;
+          if (((*(uint *)(&(v__40))) & (uint)2139095040) != (uint)2139095040) {
+              float v__41 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_16 = (((*(uint *)(&(v__41))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__42 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_17;
+            if (((*(uint *)(&(v__42))) & (uint)8388607) != (uint)0) {
+                float v__43 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_17 = (((*(uint *)(&(v__43))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__44 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_17 = (*(uint *)(&(v__44)));
+            }
+            condval_16 = condval_17;
+          }
+        a_pad_shared_dyn_warp_ptr_1[(ax0_0_1 * 4)] = (*(float *)(&(condval_16)));
+            float v__45 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_18;
+          if (((*(uint *)(&(v__45))) & (uint)2139095040) != (uint)2139095040) {
+              float v__46 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_18 = (((*(uint *)(&(v__46))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__47 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_19;
+            if (((*(uint *)(&(v__47))) & (uint)8388607) != (uint)0) {
+                float v__48 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_19 = (((*(uint *)(&(v__48))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__49 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_19 = (*(uint *)(&(v__49)));
+            }
+            condval_18 = condval_19;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 1)] = (*(float *)(&(condval_18)));
+            float v__50 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_20;
+          if (((*(uint *)(&(v__50))) & (uint)2139095040) != (uint)2139095040) {
+              float v__51 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_20 = (((*(uint *)(&(v__51))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__52 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_21;
+            if (((*(uint *)(&(v__52))) & (uint)8388607) != (uint)0) {
+                float v__53 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_21 = (((*(uint *)(&(v__53))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__54 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_21 = (*(uint *)(&(v__54)));
+            }
+            condval_20 = condval_21;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 2)] = (*(float *)(&(condval_20)));
+            float v__55 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_22;
+          if (((*(uint *)(&(v__55))) & (uint)2139095040) != (uint)2139095040) {
+              float v__56 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_22 = (((*(uint *)(&(v__56))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__57 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_23;
+            if (((*(uint *)(&(v__57))) & (uint)8388607) != (uint)0) {
+                float v__58 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_23 = (((*(uint *)(&(v__58))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__59 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_23 = (*(uint *)(&(v__59)));
+            }
+            condval_22 = condval_23;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 3)] = (*(float *)(&(condval_22)));
+      }
+      for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
+            float v__60 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_24;
+          if (((*(uint *)(&(v__60))) & (uint)2139095040) != (uint)2139095040) {
+              float v__61 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_24 = (((*(uint *)(&(v__61))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__62 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_25;
+            if (((*(uint *)(&(v__62))) & (uint)8388607) != (uint)0) {
+                float v__63 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_25 = (((*(uint *)(&(v__63))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__64 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_25 = (*(uint *)(&(v__64)));
+            }
+            condval_24 = condval_25;
+          }
+        b_pad_shared_dyn_warp_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_24)));
+            float v__65 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_26;
+          if (((*(uint *)(&(v__65))) & (uint)2139095040) != (uint)2139095040) {
+              float v__66 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_26 = (((*(uint *)(&(v__66))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__67 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_27;
+            if (((*(uint *)(&(v__67))) & (uint)8388607) != (uint)0) {
+                float v__68 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_27 = (((*(uint *)(&(v__68))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__69 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_27 = (*(uint *)(&(v__69)));
+            }
+            condval_26 = condval_27;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_26)));
+            float v__70 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_28;
+          if (((*(uint *)(&(v__70))) & (uint)2139095040) != (uint)2139095040) {
+              float v__71 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_28 = (((*(uint *)(&(v__71))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__72 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_29;
+            if (((*(uint *)(&(v__72))) & (uint)8388607) != (uint)0) {
+                float v__73 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_29 = (((*(uint *)(&(v__73))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__74 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_29 = (*(uint *)(&(v__74)));
+            }
+            condval_28 = condval_29;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_28)));
+            float v__75 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_30;
+          if (((*(uint *)(&(v__75))) & (uint)2139095040) != (uint)2139095040) {
+              float v__76 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_30 = (((*(uint *)(&(v__76))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__77 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_31;
+            if (((*(uint *)(&(v__77))) & (uint)8388607) != (uint)0) {
+                float v__78 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_31 = (((*(uint *)(&(v__78))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__79 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_31 = (*(uint *)(&(v__79)));
+            }
+            condval_30 = condval_31;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_30)));
+      }
+      for (int m_0_2_1 = 0; m_0_2_1 < 4; ++m_0_2_1) {
+        for (int n_0_2_1 = 0; n_0_2_1 < 2; ++n_0_2_1) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((33 <= K) && (33 <= K)) {
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
+    __syncthreads();
+    for (int k_0_1_2 = 0; k_0_1_2 < 4; ++k_0_1_2) {
+      for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
+            float v__80 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_32;
+          if (((*(uint *)(&(v__80))) & (uint)2139095040) != (uint)2139095040) {
+              float v__81 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_32 = (((*(uint *)(&(v__81))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__82 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_33;
+            if (((*(uint *)(&(v__82))) & (uint)8388607) != (uint)0) {
+                float v__83 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_33 = (((*(uint *)(&(v__83))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__84 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_33 = (*(uint *)(&(v__84)));
+            }
+            condval_32 = condval_33;
+          }
+        a_pad_shared_dyn_warp_ptr_1[(ax0_0_2 * 4)] = (*(float *)(&(condval_32)));
+            float v__85 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_34;
+          if (((*(uint *)(&(v__85))) & (uint)2139095040) != (uint)2139095040) {
+              float v__86 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_34 = (((*(uint *)(&(v__86))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__87 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_35;
+            if (((*(uint *)(&(v__87))) & (uint)8388607) != (uint)0) {
+                float v__88 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_35 = (((*(uint *)(&(v__88))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__89 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_35 = (*(uint *)(&(v__89)));
+            }
+            condval_34 = condval_35;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 1)] = (*(float *)(&(condval_34)));
+            float v__90 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_36;
+          if (((*(uint *)(&(v__90))) & (uint)2139095040) != (uint)2139095040) {
+              float v__91 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_36 = (((*(uint *)(&(v__91))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__92 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_37;
+            if (((*(uint *)(&(v__92))) & (uint)8388607) != (uint)0) {
+                float v__93 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_37 = (((*(uint *)(&(v__93))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__94 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_37 = (*(uint *)(&(v__94)));
+            }
+            condval_36 = condval_37;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 2)] = (*(float *)(&(condval_36)));
+            float v__95 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_38;
+          if (((*(uint *)(&(v__95))) & (uint)2139095040) != (uint)2139095040) {
+              float v__96 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_38 = (((*(uint *)(&(v__96))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__97 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_39;
+            if (((*(uint *)(&(v__97))) & (uint)8388607) != (uint)0) {
+                float v__98 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_39 = (((*(uint *)(&(v__98))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__99 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_39 = (*(uint *)(&(v__99)));
+            }
+            condval_38 = condval_39;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 3)] = (*(float *)(&(condval_38)));
+      }
+      for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
+            float v__100 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_40;
+          if (((*(uint *)(&(v__100))) & (uint)2139095040) != (uint)2139095040) {
+              float v__101 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_40 = (((*(uint *)(&(v__101))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__102 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_41;
+            if (((*(uint *)(&(v__102))) & (uint)8388607) != (uint)0) {
+                float v__103 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_41 = (((*(uint *)(&(v__103))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__104 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_41 = (*(uint *)(&(v__104)));
+            }
+            condval_40 = condval_41;
+          }
+        b_pad_shared_dyn_warp_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_40)));
+            float v__105 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_42;
+          if (((*(uint *)(&(v__105))) & (uint)2139095040) != (uint)2139095040) {
+              float v__106 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_42 = (((*(uint *)(&(v__106))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__107 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_43;
+            if (((*(uint *)(&(v__107))) & (uint)8388607) != (uint)0) {
+                float v__108 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_43 = (((*(uint *)(&(v__108))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__109 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_43 = (*(uint *)(&(v__109)));
+            }
+            condval_42 = condval_43;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_42)));
+            float v__110 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_44;
+          if (((*(uint *)(&(v__110))) & (uint)2139095040) != (uint)2139095040) {
+              float v__111 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_44 = (((*(uint *)(&(v__111))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__112 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_45;
+            if (((*(uint *)(&(v__112))) & (uint)8388607) != (uint)0) {
+                float v__113 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_45 = (((*(uint *)(&(v__113))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__114 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_45 = (*(uint *)(&(v__114)));
+            }
+            condval_44 = condval_45;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_44)));
+            float v__115 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_46;
+          if (((*(uint *)(&(v__115))) & (uint)2139095040) != (uint)2139095040) {
+              float v__116 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_46 = (((*(uint *)(&(v__116))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__117 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_47;
+            if (((*(uint *)(&(v__117))) & (uint)8388607) != (uint)0) {
+                float v__118 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_47 = (((*(uint *)(&(v__118))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__119 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_47 = (*(uint *)(&(v__119)));
+            }
+            condval_46 = condval_47;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_46)));
+      }
+      for (int m_0_2_2 = 0; m_0_2_2 < 4; ++m_0_2_2) {
+        for (int n_0_2_2 = 0; n_0_2_2 < 2; ++n_0_2_2) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((1 <= K) && (1 <= K)) {
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
+    __syncthreads();
+    for (int k_0_1_3 = 0; k_0_1_3 < 4; ++k_0_1_3) {
+      for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
+            float v__120 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_48;
+          if (((*(uint *)(&(v__120))) & (uint)2139095040) != (uint)2139095040) {
+              float v__121 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_48 = (((*(uint *)(&(v__121))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__122 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_49;
+            if (((*(uint *)(&(v__122))) & (uint)8388607) != (uint)0) {
+                float v__123 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_49 = (((*(uint *)(&(v__123))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__124 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_49 = (*(uint *)(&(v__124)));
+            }
+            condval_48 = condval_49;
+          }
+        a_pad_shared_dyn_warp_ptr_1[(ax0_0_3 * 4)] = (*(float *)(&(condval_48)));
+            float v__125 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_50;
+          if (((*(uint *)(&(v__125))) & (uint)2139095040) != (uint)2139095040) {
+              float v__126 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_50 = (((*(uint *)(&(v__126))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__127 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_51;
+            if (((*(uint *)(&(v__127))) & (uint)8388607) != (uint)0) {
+                float v__128 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_51 = (((*(uint *)(&(v__128))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__129 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_51 = (*(uint *)(&(v__129)));
+            }
+            condval_50 = condval_51;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 1)] = (*(float *)(&(condval_50)));
+            float v__130 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_52;
+          if (((*(uint *)(&(v__130))) & (uint)2139095040) != (uint)2139095040) {
+              float v__131 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_52 = (((*(uint *)(&(v__131))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__132 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_53;
+            if (((*(uint *)(&(v__132))) & (uint)8388607) != (uint)0) {
+                float v__133 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_53 = (((*(uint *)(&(v__133))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__134 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_53 = (*(uint *)(&(v__134)));
+            }
+            condval_52 = condval_53;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 2)] = (*(float *)(&(condval_52)));
+            float v__135 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_54;
+          if (((*(uint *)(&(v__135))) & (uint)2139095040) != (uint)2139095040) {
+              float v__136 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_54 = (((*(uint *)(&(v__136))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__137 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_55;
+            if (((*(uint *)(&(v__137))) & (uint)8388607) != (uint)0) {
+                float v__138 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_55 = (((*(uint *)(&(v__138))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__139 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_55 = (*(uint *)(&(v__139)));
+            }
+            condval_54 = condval_55;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 3)] = (*(float *)(&(condval_54)));
+      }
+      for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
+            float v__140 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_56;
+          if (((*(uint *)(&(v__140))) & (uint)2139095040) != (uint)2139095040) {
+              float v__141 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_56 = (((*(uint *)(&(v__141))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__142 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_57;
+            if (((*(uint *)(&(v__142))) & (uint)8388607) != (uint)0) {
+                float v__143 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_57 = (((*(uint *)(&(v__143))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__144 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_57 = (*(uint *)(&(v__144)));
+            }
+            condval_56 = condval_57;
+          }
+        b_pad_shared_dyn_warp_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_56)));
+            float v__145 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_58;
+          if (((*(uint *)(&(v__145))) & (uint)2139095040) != (uint)2139095040) {
+              float v__146 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_58 = (((*(uint *)(&(v__146))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__147 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_59;
+            if (((*(uint *)(&(v__147))) & (uint)8388607) != (uint)0) {
+                float v__148 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_59 = (((*(uint *)(&(v__148))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__149 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_59 = (*(uint *)(&(v__149)));
+            }
+            condval_58 = condval_59;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_58)));
+            float v__150 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_60;
+          if (((*(uint *)(&(v__150))) & (uint)2139095040) != (uint)2139095040) {
+              float v__151 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_60 = (((*(uint *)(&(v__151))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__152 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_61;
+            if (((*(uint *)(&(v__152))) & (uint)8388607) != (uint)0) {
+                float v__153 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_61 = (((*(uint *)(&(v__153))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__154 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_61 = (*(uint *)(&(v__154)));
+            }
+            condval_60 = condval_61;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_60)));
+            float v__155 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_62;
+          if (((*(uint *)(&(v__155))) & (uint)2139095040) != (uint)2139095040) {
+              float v__156 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_62 = (((*(uint *)(&(v__156))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__157 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_63;
+            if (((*(uint *)(&(v__157))) & (uint)8388607) != (uint)0) {
+                float v__158 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_63 = (((*(uint *)(&(v__158))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__159 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_63 = (*(uint *)(&(v__159)));
+            }
+            condval_62 = condval_63;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_62)));
+      }
+      for (int m_0_2_3 = 0; m_0_2_3 < 4; ++m_0_2_3) {
+        for (int n_0_2_3 = 0; n_0_2_3 < 2; ++n_0_2_3) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3]));
   }
         }
       }
     }
   }
   __syncthreads();
-  for (int ax0_0_1 = 0; ax0_0_1 < 2; ++ax0_0_1) {
-    for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
-      a_tf32_pad_shared_ptr[(((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2))] = acc_pad_shared_warp_ptr[((ax0_0_1 * 16) + (ax1_0_1 * 8))];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 1)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 512)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 2)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 513)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 3)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 8)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 4)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 9)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 5)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 520)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 6)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 521)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 7)];
+  for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+    for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
+      ((float*)buf_dyn_shmem_ptr)[(((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2))] = acc_pad_shared_dyn_warp_ptr[((ax0_0_4 * 16) + (ax1_0_4 * 8))];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 1)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1024)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 2)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1025)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 3)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 8)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 4)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 9)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 5)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1032)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 6)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1033)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 7)];
     }
   }
   __syncthreads();
-  for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 32; ++ax0_ax1_fused_0_2) {
-    if (((((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2) < M) && ((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x)) < N)) {
-      c_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2) * N)) + ((int)threadIdx.x))] = (a_tf32_pad_shared_ptr[(((((((int)threadIdx.y) >> 1) * 2048) + (ax0_ax1_fused_0_2 * 64)) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x))] + bias_ptr[(((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x))]);
+  for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 64; ++ax0_ax1_fused_0_8) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < ((N >> 2) * 4))) {
+      c_v_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * (N >> 2)) * 4)) + ((int)threadIdx.x))] = (((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_8 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + addend_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * addend_s0)) + ((int)threadIdx.x))]);
     }
   }
 }
 
-extern "C" __global__ void __launch_bounds__(128) fg_matmul_float32__addend_bias_kernel(float* __restrict__ a_ptr, float* __restrict__ addend_ptr, float* __restrict__ b_ptr, float* __restrict__ bias_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int addend_s0, int b_s0) {
-  alignas(64) float acc_pad_shared_warp_ptr[32];
-  __shared__ alignas(64) float a_tf32_pad_shared_ptr[4096];
-  __shared__ alignas(64) float b_tf32_pad_shared_ptr[1152];
-  alignas(64) float a_tf32_pad_shared_warp_ptr[8];
-  alignas(64) float b_tf32_pad_shared_warp_ptr[8];
-  for (int m_0_2_init = 0; m_0_2_init < 2; ++m_0_2_init) {
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kernel_1(float* __restrict__ a_ptr, float* __restrict__ addend_ptr, float* __restrict__ b_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int addend_s0, int b_s0) {
+  extern __shared__ __align__(64) uchar buf_dyn_shmem_ptr[];
+  alignas(64) float acc_pad_shared_dyn_warp_1_ptr[64];
+  alignas(64) float a_pad_shared_dyn_warp_1_ptr[16];
+  alignas(64) float b_pad_shared_dyn_warp_1_ptr[8];
+  alignas(64) float a_pad_shared_dyn_warp_1_ptr_1[16];
+  alignas(64) float b_pad_shared_dyn_warp_1_ptr_1[256];
+  for (int m_0_2_init = 0; m_0_2_init < 4; ++m_0_2_init) {
     for (int n_0_2_init = 0; n_0_2_init < 2; ++n_0_2_init) {
-      acc_pad_shared_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8))] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 1)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 2)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 3)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 4)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 5)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 6)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 7)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8))] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 1)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 2)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 3)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 4)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 5)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 6)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 7)] = 0x0p+0f/*0.000000e+00*/;
     }
   }
-  for (int k_0_0 = 0; k_0_0 < ((K + 15) >> 4); ++k_0_0) {
-    __syncthreads();
-    for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 8; ++ax0_ax1_fused_0) {
+  if (0 < K) {
+    for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 16; ++ax0_ax1_fused_0) {
       float condval;
-      if ((((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) < M) && (((k_0_0 * 16) + (((int)threadIdx.x) & 15)) < K)) {
-            float v_ = a_ptr[(((k_0_0 * 16) + (((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * a_s0)) + (((int)threadIdx.x) & 15))];
-          uint condval_1;
-          if (((*(uint *)(&(v_))) & (uint)2139095040) != (uint)2139095040) {
-              float v__1 = a_ptr[(((k_0_0 * 16) + (((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * a_s0)) + (((int)threadIdx.x) & 15))];
-            condval_1 = (((*(uint *)(&(v__1))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__2 = a_ptr[(((k_0_0 * 16) + (((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * a_s0)) + (((int)threadIdx.x) & 15))];
-            uint condval_2;
-            if (((*(uint *)(&(v__2))) & (uint)8388607) != (uint)0) {
-                float v__3 = a_ptr[(((k_0_0 * 16) + (((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * a_s0)) + (((int)threadIdx.x) & 15))];
-              condval_2 = (((*(uint *)(&(v__3))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__4 = a_ptr[(((k_0_0 * 16) + (((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * a_s0)) + (((int)threadIdx.x) & 15))];
-              condval_2 = (*(uint *)(&(v__4)));
-            }
-            condval_1 = condval_2;
-          }
-        condval = (*(float *)(&(condval_1)));
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) < M) && (((int)threadIdx.x) < K)) {
+        condval = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
       } else {
         condval = 0x0p+0f/*0.000000e+00*/;
       }
-      a_tf32_pad_shared_ptr[((((ax0_ax1_fused_0 * 192) + (((int)threadIdx.y) * 48)) + ((((int)threadIdx.x) >> 4) * 24)) + (((int)threadIdx.x) & 15))] = condval;
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 16896)] = condval;
     }
-    for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 8; ++ax0_ax1_fused_0_1) {
+  }
+  if (0 < K) {
+    for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 16; ++ax0_ax1_fused_0_1) {
+      float condval_1;
+      if ((((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+        condval_1 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
+      } else {
+        condval_1 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_1 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] = condval_1;
+    }
+  }
+  if (32 < K) {
+    for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 16; ++ax0_ax1_fused_0_2) {
+      float condval_2;
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 32) < K)) {
+        condval_2 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
+      } else {
+        condval_2 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_2 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 21504)] = condval_2;
+    }
+  }
+  if (32 < K) {
+    for (int ax0_ax1_fused_0_3 = 0; ax0_ax1_fused_0_3 < 16; ++ax0_ax1_fused_0_3) {
       float condval_3;
-      if (((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) < K) && ((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x)) < N)) {
-            float v__5 = b_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) * b_s0)) + ((int)threadIdx.x))];
-          uint condval_4;
-          if (((*(uint *)(&(v__5))) & (uint)2139095040) != (uint)2139095040) {
-              float v__6 = b_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) * b_s0)) + ((int)threadIdx.x))];
-            condval_4 = (((*(uint *)(&(v__6))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__7 = b_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) * b_s0)) + ((int)threadIdx.x))];
-            uint condval_5;
-            if (((*(uint *)(&(v__7))) & (uint)8388607) != (uint)0) {
-                float v__8 = b_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) * b_s0)) + ((int)threadIdx.x))];
-              condval_5 = (((*(uint *)(&(v__8))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__9 = b_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) * b_s0)) + ((int)threadIdx.x))];
-              condval_5 = (*(uint *)(&(v__9)));
-            }
-            condval_4 = condval_5;
-          }
-        condval_3 = (*(float *)(&(condval_4)));
+      if (((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+        condval_3 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
       } else {
         condval_3 = 0x0p+0f/*0.000000e+00*/;
       }
-      b_tf32_pad_shared_ptr[((((ax0_ax1_fused_0_1 * 144) + ((((int)threadIdx.y) >> 1) * 72)) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x))] = condval_3;
+      ((float*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_3 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) + 4224)] = condval_3;
+    }
+  }
+  if (64 < K) {
+    for (int ax0_ax1_fused_0_4 = 0; ax0_ax1_fused_0_4 < 16; ++ax0_ax1_fused_0_4) {
+      float condval_4;
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 64) < K)) {
+        condval_4 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
+      } else {
+        condval_4 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_4 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 26112)] = condval_4;
+    }
+  }
+  if (64 < K) {
+    for (int ax0_ax1_fused_0_5 = 0; ax0_ax1_fused_0_5 < 16; ++ax0_ax1_fused_0_5) {
+      float condval_5;
+      if (((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+        condval_5 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
+      } else {
+        condval_5 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_5 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) + 8448)] = condval_5;
+    }
+  }
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
+    __syncthreads();
+    for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 16; ++ax0_ax1_fused_0_6) {
+      float condval_6;
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) < M) && ((((k_0_0 * 32) + ((int)threadIdx.x)) + 96) < K)) {
+        condval_6 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
+      } else {
+        condval_6 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 3) & 3) * 4608) + (ax0_ax1_fused_0_6 * 288)) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 16896)] = condval_6;
+    }
+    for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 16; ++ax0_ax1_fused_0_7) {
+      float condval_7;
+      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+        condval_7 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+      } else {
+        condval_7 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 3) & 3) * 4224) + (ax0_ax1_fused_0_7 * 264)) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] = condval_7;
     }
     __syncthreads();
-    for (int k_0_1 = 0; k_0_1 < 2; ++k_0_1) {
-      for (int ax0_0 = 0; ax0_0 < 2; ++ax0_0) {
-        a_tf32_pad_shared_warp_ptr[(ax0_0 * 4)] = a_tf32_pad_shared_ptr[((((((((int)threadIdx.y) >> 1) * 768) + (ax0_0 * 384)) + ((((int)threadIdx.x) >> 2) * 24)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3))];
-        a_tf32_pad_shared_warp_ptr[((ax0_0 * 4) + 1)] = a_tf32_pad_shared_ptr[(((((((((int)threadIdx.y) >> 1) * 768) + (ax0_0 * 384)) + ((((int)threadIdx.x) >> 2) * 24)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 192)];
-        a_tf32_pad_shared_warp_ptr[((ax0_0 * 4) + 2)] = a_tf32_pad_shared_ptr[(((((((((int)threadIdx.y) >> 1) * 768) + (ax0_0 * 384)) + ((((int)threadIdx.x) >> 2) * 24)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 4)];
-        a_tf32_pad_shared_warp_ptr[((ax0_0 * 4) + 3)] = a_tf32_pad_shared_ptr[(((((((((int)threadIdx.y) >> 1) * 768) + (ax0_0 * 384)) + ((((int)threadIdx.x) >> 2) * 24)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 196)];
+    for (int k_0_1 = 0; k_0_1 < 4; ++k_0_1) {
+      for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
+            float v_ = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_8;
+          if (((*(uint *)(&(v_))) & (uint)2139095040) != (uint)2139095040) {
+              float v__1 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_8 = (((*(uint *)(&(v__1))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__2 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_9;
+            if (((*(uint *)(&(v__2))) & (uint)8388607) != (uint)0) {
+                float v__3 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_9 = (((*(uint *)(&(v__3))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__4 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_9 = (*(uint *)(&(v__4)));
+            }
+            condval_8 = condval_9;
+          }
+        a_pad_shared_dyn_warp_1_ptr[(ax0_0 * 4)] = (*(float *)(&(condval_8)));
+            float v__5 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_10;
+          if (((*(uint *)(&(v__5))) & (uint)2139095040) != (uint)2139095040) {
+              float v__6 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_10 = (((*(uint *)(&(v__6))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__7 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_11;
+            if (((*(uint *)(&(v__7))) & (uint)8388607) != (uint)0) {
+                float v__8 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_11 = (((*(uint *)(&(v__8))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__9 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_11 = (*(uint *)(&(v__9)));
+            }
+            condval_10 = condval_11;
+          }
+        a_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 1)] = (*(float *)(&(condval_10)));
+            float v__10 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_12;
+          if (((*(uint *)(&(v__10))) & (uint)2139095040) != (uint)2139095040) {
+              float v__11 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_12 = (((*(uint *)(&(v__11))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__12 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_13;
+            if (((*(uint *)(&(v__12))) & (uint)8388607) != (uint)0) {
+                float v__13 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_13 = (((*(uint *)(&(v__13))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__14 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_13 = (*(uint *)(&(v__14)));
+            }
+            condval_12 = condval_13;
+          }
+        a_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 2)] = (*(float *)(&(condval_12)));
+            float v__15 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_14;
+          if (((*(uint *)(&(v__15))) & (uint)2139095040) != (uint)2139095040) {
+              float v__16 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_14 = (((*(uint *)(&(v__16))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__17 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_15;
+            if (((*(uint *)(&(v__17))) & (uint)8388607) != (uint)0) {
+                float v__18 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_15 = (((*(uint *)(&(v__18))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__19 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_15 = (*(uint *)(&(v__19)));
+            }
+            condval_14 = condval_15;
+          }
+        a_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 3)] = (*(float *)(&(condval_14)));
       }
       for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
-        b_tf32_pad_shared_warp_ptr[(ax1_0 * 4)] = b_tf32_pad_shared_ptr[(((((k_0_1 * 576) + ((((int)threadIdx.x) & 3) * 72)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_warp_ptr[((ax1_0 * 4) + 1)] = b_tf32_pad_shared_ptr[((((((k_0_1 * 576) + ((((int)threadIdx.x) & 3) * 72)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 288)];
-        b_tf32_pad_shared_warp_ptr[((ax1_0 * 4) + 2)] = b_tf32_pad_shared_ptr[((((((k_0_1 * 576) + ((((int)threadIdx.x) & 3) * 72)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_warp_ptr[((ax1_0 * 4) + 3)] = b_tf32_pad_shared_ptr[((((((k_0_1 * 576) + ((((int)threadIdx.x) & 3) * 72)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 296)];
+            float v__20 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_16;
+          if (((*(uint *)(&(v__20))) & (uint)2139095040) != (uint)2139095040) {
+              float v__21 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_16 = (((*(uint *)(&(v__21))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__22 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_17;
+            if (((*(uint *)(&(v__22))) & (uint)8388607) != (uint)0) {
+                float v__23 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_17 = (((*(uint *)(&(v__23))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__24 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_17 = (*(uint *)(&(v__24)));
+            }
+            condval_16 = condval_17;
+          }
+        b_pad_shared_dyn_warp_1_ptr[(ax1_0 * 4)] = (*(float *)(&(condval_16)));
+            float v__25 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_18;
+          if (((*(uint *)(&(v__25))) & (uint)2139095040) != (uint)2139095040) {
+              float v__26 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_18 = (((*(uint *)(&(v__26))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__27 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_19;
+            if (((*(uint *)(&(v__27))) & (uint)8388607) != (uint)0) {
+                float v__28 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_19 = (((*(uint *)(&(v__28))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__29 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_19 = (*(uint *)(&(v__29)));
+            }
+            condval_18 = condval_19;
+          }
+        b_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 1)] = (*(float *)(&(condval_18)));
+            float v__30 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_20;
+          if (((*(uint *)(&(v__30))) & (uint)2139095040) != (uint)2139095040) {
+              float v__31 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_20 = (((*(uint *)(&(v__31))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__32 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_21;
+            if (((*(uint *)(&(v__32))) & (uint)8388607) != (uint)0) {
+                float v__33 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_21 = (((*(uint *)(&(v__33))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__34 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_21 = (*(uint *)(&(v__34)));
+            }
+            condval_20 = condval_21;
+          }
+        b_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 2)] = (*(float *)(&(condval_20)));
+            float v__35 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_22;
+          if (((*(uint *)(&(v__35))) & (uint)2139095040) != (uint)2139095040) {
+              float v__36 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_22 = (((*(uint *)(&(v__36))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__37 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_23;
+            if (((*(uint *)(&(v__37))) & (uint)8388607) != (uint)0) {
+                float v__38 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_23 = (((*(uint *)(&(v__38))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__39 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_23 = (*(uint *)(&(v__39)));
+            }
+            condval_22 = condval_23;
+          }
+        b_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 3)] = (*(float *)(&(condval_22)));
       }
-      for (int m_0_2 = 0; m_0_2 < 2; ++m_0_2) {
+      for (int m_0_2 = 0; m_0_2 < 4; ++m_0_2) {
         for (int n_0_2 = 0; n_0_2 < 2; ++n_0_2) {
 
   {
     __asm__ __volatile__(
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_warp_ptr + (n_0_2 * 4)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_warp_ptr + (n_0_2 * 4)))[1]), "f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + (n_0_2 * 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + (n_0_2 * 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
   }
 
   {
     __asm__ __volatile__(
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_warp_ptr + ((n_0_2 * 4) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_warp_ptr + ((n_0_2 * 4) + 2)))[1]), "f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + ((n_0_2 * 4) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + ((n_0_2 * 4) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((65 <= K) && (65 <= K)) {
+    for (int k_0_1_1 = 0; k_0_1_1 < 4; ++k_0_1_1) {
+      for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
+            float v__40 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_24;
+          if (((*(uint *)(&(v__40))) & (uint)2139095040) != (uint)2139095040) {
+              float v__41 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_24 = (((*(uint *)(&(v__41))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__42 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_25;
+            if (((*(uint *)(&(v__42))) & (uint)8388607) != (uint)0) {
+                float v__43 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_25 = (((*(uint *)(&(v__43))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__44 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_25 = (*(uint *)(&(v__44)));
+            }
+            condval_24 = condval_25;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[(ax0_0_1 * 4)] = (*(float *)(&(condval_24)));
+            float v__45 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_26;
+          if (((*(uint *)(&(v__45))) & (uint)2139095040) != (uint)2139095040) {
+              float v__46 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_26 = (((*(uint *)(&(v__46))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__47 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_27;
+            if (((*(uint *)(&(v__47))) & (uint)8388607) != (uint)0) {
+                float v__48 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_27 = (((*(uint *)(&(v__48))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__49 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_27 = (*(uint *)(&(v__49)));
+            }
+            condval_26 = condval_27;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 1)] = (*(float *)(&(condval_26)));
+            float v__50 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_28;
+          if (((*(uint *)(&(v__50))) & (uint)2139095040) != (uint)2139095040) {
+              float v__51 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_28 = (((*(uint *)(&(v__51))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__52 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_29;
+            if (((*(uint *)(&(v__52))) & (uint)8388607) != (uint)0) {
+                float v__53 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_29 = (((*(uint *)(&(v__53))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__54 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_29 = (*(uint *)(&(v__54)));
+            }
+            condval_28 = condval_29;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 2)] = (*(float *)(&(condval_28)));
+            float v__55 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_30;
+          if (((*(uint *)(&(v__55))) & (uint)2139095040) != (uint)2139095040) {
+              float v__56 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_30 = (((*(uint *)(&(v__56))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__57 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_31;
+            if (((*(uint *)(&(v__57))) & (uint)8388607) != (uint)0) {
+                float v__58 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_31 = (((*(uint *)(&(v__58))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__59 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_31 = (*(uint *)(&(v__59)));
+            }
+            condval_30 = condval_31;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 3)] = (*(float *)(&(condval_30)));
+      }
+      for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
+            float v__60 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_32;
+          if (((*(uint *)(&(v__60))) & (uint)2139095040) != (uint)2139095040) {
+              float v__61 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_32 = (((*(uint *)(&(v__61))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__62 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_33;
+            if (((*(uint *)(&(v__62))) & (uint)8388607) != (uint)0) {
+                float v__63 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_33 = (((*(uint *)(&(v__63))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__64 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_33 = (*(uint *)(&(v__64)));
+            }
+            condval_32 = condval_33;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_32)));
+            float v__65 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_34;
+          if (((*(uint *)(&(v__65))) & (uint)2139095040) != (uint)2139095040) {
+              float v__66 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_34 = (((*(uint *)(&(v__66))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__67 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_35;
+            if (((*(uint *)(&(v__67))) & (uint)8388607) != (uint)0) {
+                float v__68 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_35 = (((*(uint *)(&(v__68))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__69 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_35 = (*(uint *)(&(v__69)));
+            }
+            condval_34 = condval_35;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_34)));
+            float v__70 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_36;
+          if (((*(uint *)(&(v__70))) & (uint)2139095040) != (uint)2139095040) {
+              float v__71 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_36 = (((*(uint *)(&(v__71))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__72 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_37;
+            if (((*(uint *)(&(v__72))) & (uint)8388607) != (uint)0) {
+                float v__73 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_37 = (((*(uint *)(&(v__73))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__74 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_37 = (*(uint *)(&(v__74)));
+            }
+            condval_36 = condval_37;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_36)));
+            float v__75 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_38;
+          if (((*(uint *)(&(v__75))) & (uint)2139095040) != (uint)2139095040) {
+              float v__76 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_38 = (((*(uint *)(&(v__76))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__77 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_39;
+            if (((*(uint *)(&(v__77))) & (uint)8388607) != (uint)0) {
+                float v__78 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_39 = (((*(uint *)(&(v__78))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__79 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_39 = (*(uint *)(&(v__79)));
+            }
+            condval_38 = condval_39;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_38)));
+      }
+      for (int m_0_2_1 = 0; m_0_2_1 < 4; ++m_0_2_1) {
+        for (int n_0_2_1 = 0; n_0_2_1 < 2; ++n_0_2_1) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((33 <= K) && (33 <= K)) {
+    for (int k_0_1_2 = 0; k_0_1_2 < 4; ++k_0_1_2) {
+      for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
+            float v__80 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_40;
+          if (((*(uint *)(&(v__80))) & (uint)2139095040) != (uint)2139095040) {
+              float v__81 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_40 = (((*(uint *)(&(v__81))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__82 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_41;
+            if (((*(uint *)(&(v__82))) & (uint)8388607) != (uint)0) {
+                float v__83 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_41 = (((*(uint *)(&(v__83))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__84 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_41 = (*(uint *)(&(v__84)));
+            }
+            condval_40 = condval_41;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[(ax0_0_2 * 4)] = (*(float *)(&(condval_40)));
+            float v__85 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_42;
+          if (((*(uint *)(&(v__85))) & (uint)2139095040) != (uint)2139095040) {
+              float v__86 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_42 = (((*(uint *)(&(v__86))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__87 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_43;
+            if (((*(uint *)(&(v__87))) & (uint)8388607) != (uint)0) {
+                float v__88 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_43 = (((*(uint *)(&(v__88))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__89 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_43 = (*(uint *)(&(v__89)));
+            }
+            condval_42 = condval_43;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 1)] = (*(float *)(&(condval_42)));
+            float v__90 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_44;
+          if (((*(uint *)(&(v__90))) & (uint)2139095040) != (uint)2139095040) {
+              float v__91 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_44 = (((*(uint *)(&(v__91))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__92 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_45;
+            if (((*(uint *)(&(v__92))) & (uint)8388607) != (uint)0) {
+                float v__93 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_45 = (((*(uint *)(&(v__93))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__94 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_45 = (*(uint *)(&(v__94)));
+            }
+            condval_44 = condval_45;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 2)] = (*(float *)(&(condval_44)));
+            float v__95 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_46;
+          if (((*(uint *)(&(v__95))) & (uint)2139095040) != (uint)2139095040) {
+              float v__96 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_46 = (((*(uint *)(&(v__96))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__97 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_47;
+            if (((*(uint *)(&(v__97))) & (uint)8388607) != (uint)0) {
+                float v__98 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_47 = (((*(uint *)(&(v__98))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__99 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_47 = (*(uint *)(&(v__99)));
+            }
+            condval_46 = condval_47;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 3)] = (*(float *)(&(condval_46)));
+      }
+      for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
+            float v__100 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_48;
+          if (((*(uint *)(&(v__100))) & (uint)2139095040) != (uint)2139095040) {
+              float v__101 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_48 = (((*(uint *)(&(v__101))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__102 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_49;
+            if (((*(uint *)(&(v__102))) & (uint)8388607) != (uint)0) {
+                float v__103 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_49 = (((*(uint *)(&(v__103))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__104 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_49 = (*(uint *)(&(v__104)));
+            }
+            condval_48 = condval_49;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_48)));
+            float v__105 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_50;
+          if (((*(uint *)(&(v__105))) & (uint)2139095040) != (uint)2139095040) {
+              float v__106 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_50 = (((*(uint *)(&(v__106))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__107 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_51;
+            if (((*(uint *)(&(v__107))) & (uint)8388607) != (uint)0) {
+                float v__108 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_51 = (((*(uint *)(&(v__108))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__109 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_51 = (*(uint *)(&(v__109)));
+            }
+            condval_50 = condval_51;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_50)));
+            float v__110 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_52;
+          if (((*(uint *)(&(v__110))) & (uint)2139095040) != (uint)2139095040) {
+              float v__111 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_52 = (((*(uint *)(&(v__111))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__112 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_53;
+            if (((*(uint *)(&(v__112))) & (uint)8388607) != (uint)0) {
+                float v__113 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_53 = (((*(uint *)(&(v__113))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__114 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_53 = (*(uint *)(&(v__114)));
+            }
+            condval_52 = condval_53;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_52)));
+            float v__115 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_54;
+          if (((*(uint *)(&(v__115))) & (uint)2139095040) != (uint)2139095040) {
+              float v__116 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_54 = (((*(uint *)(&(v__116))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__117 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_55;
+            if (((*(uint *)(&(v__117))) & (uint)8388607) != (uint)0) {
+                float v__118 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_55 = (((*(uint *)(&(v__118))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__119 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_55 = (*(uint *)(&(v__119)));
+            }
+            condval_54 = condval_55;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_54)));
+      }
+      for (int m_0_2_2 = 0; m_0_2_2 < 4; ++m_0_2_2) {
+        for (int n_0_2_2 = 0; n_0_2_2 < 2; ++n_0_2_2) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((1 <= K) && (1 <= K)) {
+    for (int k_0_1_3 = 0; k_0_1_3 < 4; ++k_0_1_3) {
+      for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
+            float v__120 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_56;
+          if (((*(uint *)(&(v__120))) & (uint)2139095040) != (uint)2139095040) {
+              float v__121 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_56 = (((*(uint *)(&(v__121))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__122 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_57;
+            if (((*(uint *)(&(v__122))) & (uint)8388607) != (uint)0) {
+                float v__123 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_57 = (((*(uint *)(&(v__123))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__124 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_57 = (*(uint *)(&(v__124)));
+            }
+            condval_56 = condval_57;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[(ax0_0_3 * 4)] = (*(float *)(&(condval_56)));
+            float v__125 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_58;
+          if (((*(uint *)(&(v__125))) & (uint)2139095040) != (uint)2139095040) {
+              float v__126 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_58 = (((*(uint *)(&(v__126))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__127 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_59;
+            if (((*(uint *)(&(v__127))) & (uint)8388607) != (uint)0) {
+                float v__128 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_59 = (((*(uint *)(&(v__128))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__129 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_59 = (*(uint *)(&(v__129)));
+            }
+            condval_58 = condval_59;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 1)] = (*(float *)(&(condval_58)));
+            float v__130 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_60;
+          if (((*(uint *)(&(v__130))) & (uint)2139095040) != (uint)2139095040) {
+              float v__131 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_60 = (((*(uint *)(&(v__131))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__132 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_61;
+            if (((*(uint *)(&(v__132))) & (uint)8388607) != (uint)0) {
+                float v__133 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_61 = (((*(uint *)(&(v__133))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__134 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_61 = (*(uint *)(&(v__134)));
+            }
+            condval_60 = condval_61;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 2)] = (*(float *)(&(condval_60)));
+            float v__135 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_62;
+          if (((*(uint *)(&(v__135))) & (uint)2139095040) != (uint)2139095040) {
+              float v__136 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_62 = (((*(uint *)(&(v__136))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__137 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_63;
+            if (((*(uint *)(&(v__137))) & (uint)8388607) != (uint)0) {
+                float v__138 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_63 = (((*(uint *)(&(v__138))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__139 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_63 = (*(uint *)(&(v__139)));
+            }
+            condval_62 = condval_63;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 3)] = (*(float *)(&(condval_62)));
+      }
+      for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
+            float v__140 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_64;
+          if (((*(uint *)(&(v__140))) & (uint)2139095040) != (uint)2139095040) {
+              float v__141 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_64 = (((*(uint *)(&(v__141))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__142 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_65;
+            if (((*(uint *)(&(v__142))) & (uint)8388607) != (uint)0) {
+                float v__143 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_65 = (((*(uint *)(&(v__143))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__144 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_65 = (*(uint *)(&(v__144)));
+            }
+            condval_64 = condval_65;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_64)));
+            float v__145 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_66;
+          if (((*(uint *)(&(v__145))) & (uint)2139095040) != (uint)2139095040) {
+              float v__146 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_66 = (((*(uint *)(&(v__146))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__147 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_67;
+            if (((*(uint *)(&(v__147))) & (uint)8388607) != (uint)0) {
+                float v__148 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_67 = (((*(uint *)(&(v__148))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__149 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_67 = (*(uint *)(&(v__149)));
+            }
+            condval_66 = condval_67;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_66)));
+            float v__150 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_68;
+          if (((*(uint *)(&(v__150))) & (uint)2139095040) != (uint)2139095040) {
+              float v__151 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_68 = (((*(uint *)(&(v__151))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__152 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_69;
+            if (((*(uint *)(&(v__152))) & (uint)8388607) != (uint)0) {
+                float v__153 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_69 = (((*(uint *)(&(v__153))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__154 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_69 = (*(uint *)(&(v__154)));
+            }
+            condval_68 = condval_69;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_68)));
+            float v__155 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_70;
+          if (((*(uint *)(&(v__155))) & (uint)2139095040) != (uint)2139095040) {
+              float v__156 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_70 = (((*(uint *)(&(v__156))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__157 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_71;
+            if (((*(uint *)(&(v__157))) & (uint)8388607) != (uint)0) {
+                float v__158 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_71 = (((*(uint *)(&(v__158))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__159 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_71 = (*(uint *)(&(v__159)));
+            }
+            condval_70 = condval_71;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_70)));
+      }
+      for (int m_0_2_3 = 0; m_0_2_3 < 4; ++m_0_2_3) {
+        for (int n_0_2_3 = 0; n_0_2_3 < 2; ++n_0_2_3) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3]));
   }
         }
       }
     }
   }
   __syncthreads();
-  for (int ax0_0_1 = 0; ax0_0_1 < 2; ++ax0_0_1) {
-    for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
-      a_tf32_pad_shared_ptr[(((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2))] = acc_pad_shared_warp_ptr[((ax0_0_1 * 16) + (ax1_0_1 * 8))];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 1)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 512)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 2)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 513)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 3)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 8)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 4)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 9)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 5)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 520)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 6)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 521)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 7)];
+  for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+    for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
+      ((float*)buf_dyn_shmem_ptr)[(((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2))] = acc_pad_shared_dyn_warp_1_ptr[((ax0_0_4 * 16) + (ax1_0_4 * 8))];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 1)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1024)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 2)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1025)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 3)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 8)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 4)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 9)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 5)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1032)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 6)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1033)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 7)];
     }
   }
   __syncthreads();
-  for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 32; ++ax0_ax1_fused_0_2) {
-    if (((((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2) < M) && ((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x)) < N)) {
-      c_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2) * N)) + ((int)threadIdx.x))] = ((a_tf32_pad_shared_ptr[(((((((int)threadIdx.y) >> 1) * 2048) + (ax0_ax1_fused_0_2 * 64)) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x))] + bias_ptr[(((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x))]) + addend_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2) * addend_s0)) + ((int)threadIdx.x))]);
+  for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 64; ++ax0_ax1_fused_0_8) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+      c_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * N)) + ((int)threadIdx.x))] = (((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_8 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + addend_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * addend_s0)) + ((int)threadIdx.x))]);
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel(float* __restrict__ a_v_ptr, float* __restrict__ b_v_ptr, float* __restrict__ bias_ptr, float* __restrict__ c_v_ptr, int K, int M, int N, int a_s0, int b_s0) {
+  extern __shared__ __align__(64) uchar buf_dyn_shmem_ptr[];
+  alignas(64) float acc_pad_shared_dyn_warp_ptr[64];
+  alignas(64) float a_pad_shared_dyn_warp_ptr[16];
+  alignas(64) float b_pad_shared_dyn_warp_ptr[8];
+  alignas(64) float a_pad_shared_dyn_warp_ptr_1[16];
+  alignas(64) float b_pad_shared_dyn_warp_ptr_1[256];
+  for (int m_0_2_init = 0; m_0_2_init < 4; ++m_0_2_init) {
+    for (int n_0_2_init = 0; n_0_2_init < 2; ++n_0_2_init) {
+      acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8))] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 1)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 2)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 3)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 4)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 5)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 6)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 7)] = 0x0p+0f/*0.000000e+00*/;
+    }
+  }
+  if (0 < K) {
+    for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 4; ++ax0_ax1_fused_0) {
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 16896), a_v_ptr, (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < 0)));
+    }
+    for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 4; ++ax0_ax1_fused_0_1) {
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, (((ax0_ax1_fused_0_1 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)), ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)));
+    }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
+  }
+  if (32 < K) {
+    for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 4; ++ax0_ax1_fused_0_2) {
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_2 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 21504), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < -8)));
+    }
+    for (int ax0_ax1_fused_0_3 = 0; ax0_ax1_fused_0_3 < 4; ++ax0_ax1_fused_0_3) {
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, ((((ax0_ax1_fused_0_3 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)) + 4224), b_v_ptr, (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)), (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)));
+    }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
+  }
+  if (64 < K) {
+    for (int ax0_ax1_fused_0_4 = 0; ax0_ax1_fused_0_4 < 4; ++ax0_ax1_fused_0_4) {
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_4 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 26112), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < -16)));
+    }
+    for (int ax0_ax1_fused_0_5 = 0; ax0_ax1_fused_0_5 < 4; ++ax0_ax1_fused_0_5) {
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, ((((ax0_ax1_fused_0_5 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)) + 8448), b_v_ptr, (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)), (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)));
+    }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
+  }
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
+    __syncthreads();
+    for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 4; ++ax0_ax1_fused_0_6) {
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, ((((((((k_0_0 + 3) & 3) * 4608) + (ax0_ax1_fused_0_6 * 1152)) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 16896), a_v_ptr, ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && ((((k_0_0 * 8) + (((int)threadIdx.x) & 7)) - (K >> 2)) < -24)));
+    }
+    for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 4; ++ax0_ax1_fused_0_7) {
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, ((((((k_0_0 + 3) & 3) * 4224) + (ax0_ax1_fused_0_7 * 1056)) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)), ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)));
+    }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_3();
+    __syncthreads();
+    for (int k_0_1 = 0; k_0_1 < 4; ++k_0_1) {
+      for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
+            float v_ = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval;
+          if (((*(uint *)(&(v_))) & (uint)2139095040) != (uint)2139095040) {
+              float v__1 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval = (((*(uint *)(&(v__1))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__2 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_1;
+            if (((*(uint *)(&(v__2))) & (uint)8388607) != (uint)0) {
+                float v__3 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_1 = (((*(uint *)(&(v__3))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__4 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_1 = (*(uint *)(&(v__4)));
+            }
+            condval = condval_1;
+          }
+        a_pad_shared_dyn_warp_ptr[(ax0_0 * 4)] = (*(float *)(&(condval)));
+            float v__5 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_2;
+          if (((*(uint *)(&(v__5))) & (uint)2139095040) != (uint)2139095040) {
+              float v__6 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_2 = (((*(uint *)(&(v__6))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__7 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_3;
+            if (((*(uint *)(&(v__7))) & (uint)8388607) != (uint)0) {
+                float v__8 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_3 = (((*(uint *)(&(v__8))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__9 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_3 = (*(uint *)(&(v__9)));
+            }
+            condval_2 = condval_3;
+          }
+        a_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 1)] = (*(float *)(&(condval_2)));
+            float v__10 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_4;
+          if (((*(uint *)(&(v__10))) & (uint)2139095040) != (uint)2139095040) {
+              float v__11 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_4 = (((*(uint *)(&(v__11))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__12 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_5;
+            if (((*(uint *)(&(v__12))) & (uint)8388607) != (uint)0) {
+                float v__13 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_5 = (((*(uint *)(&(v__13))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__14 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_5 = (*(uint *)(&(v__14)));
+            }
+            condval_4 = condval_5;
+          }
+        a_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 2)] = (*(float *)(&(condval_4)));
+            float v__15 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_6;
+          if (((*(uint *)(&(v__15))) & (uint)2139095040) != (uint)2139095040) {
+              float v__16 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_6 = (((*(uint *)(&(v__16))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__17 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_7;
+            if (((*(uint *)(&(v__17))) & (uint)8388607) != (uint)0) {
+                float v__18 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_7 = (((*(uint *)(&(v__18))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__19 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_7 = (*(uint *)(&(v__19)));
+            }
+            condval_6 = condval_7;
+          }
+        a_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 3)] = (*(float *)(&(condval_6)));
+      }
+      for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
+            float v__20 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_8;
+          if (((*(uint *)(&(v__20))) & (uint)2139095040) != (uint)2139095040) {
+              float v__21 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_8 = (((*(uint *)(&(v__21))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__22 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_9;
+            if (((*(uint *)(&(v__22))) & (uint)8388607) != (uint)0) {
+                float v__23 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_9 = (((*(uint *)(&(v__23))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__24 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_9 = (*(uint *)(&(v__24)));
+            }
+            condval_8 = condval_9;
+          }
+        b_pad_shared_dyn_warp_ptr[(ax1_0 * 4)] = (*(float *)(&(condval_8)));
+            float v__25 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_10;
+          if (((*(uint *)(&(v__25))) & (uint)2139095040) != (uint)2139095040) {
+              float v__26 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_10 = (((*(uint *)(&(v__26))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__27 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_11;
+            if (((*(uint *)(&(v__27))) & (uint)8388607) != (uint)0) {
+                float v__28 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_11 = (((*(uint *)(&(v__28))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__29 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_11 = (*(uint *)(&(v__29)));
+            }
+            condval_10 = condval_11;
+          }
+        b_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 1)] = (*(float *)(&(condval_10)));
+            float v__30 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_12;
+          if (((*(uint *)(&(v__30))) & (uint)2139095040) != (uint)2139095040) {
+              float v__31 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_12 = (((*(uint *)(&(v__31))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__32 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_13;
+            if (((*(uint *)(&(v__32))) & (uint)8388607) != (uint)0) {
+                float v__33 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_13 = (((*(uint *)(&(v__33))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__34 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_13 = (*(uint *)(&(v__34)));
+            }
+            condval_12 = condval_13;
+          }
+        b_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 2)] = (*(float *)(&(condval_12)));
+            float v__35 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_14;
+          if (((*(uint *)(&(v__35))) & (uint)2139095040) != (uint)2139095040) {
+              float v__36 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_14 = (((*(uint *)(&(v__36))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__37 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_15;
+            if (((*(uint *)(&(v__37))) & (uint)8388607) != (uint)0) {
+                float v__38 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_15 = (((*(uint *)(&(v__38))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__39 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_15 = (*(uint *)(&(v__39)));
+            }
+            condval_14 = condval_15;
+          }
+        b_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 3)] = (*(float *)(&(condval_14)));
+      }
+      for (int m_0_2 = 0; m_0_2 < 4; ++m_0_2) {
+        for (int n_0_2 = 0; n_0_2 < 2; ++n_0_2) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + (n_0_2 * 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + (n_0_2 * 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + ((n_0_2 * 4) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + ((n_0_2 * 4) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((65 <= K) && (65 <= K)) {
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
+    __syncthreads();
+    for (int k_0_1_1 = 0; k_0_1_1 < 4; ++k_0_1_1) {
+      for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
+            float v__40 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_16;
+          if (((*(uint *)(&(v__40))) & (uint)2139095040) != (uint)2139095040) {
+              float v__41 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_16 = (((*(uint *)(&(v__41))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__42 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_17;
+            if (((*(uint *)(&(v__42))) & (uint)8388607) != (uint)0) {
+                float v__43 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_17 = (((*(uint *)(&(v__43))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__44 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_17 = (*(uint *)(&(v__44)));
+            }
+            condval_16 = condval_17;
+          }
+        a_pad_shared_dyn_warp_ptr_1[(ax0_0_1 * 4)] = (*(float *)(&(condval_16)));
+            float v__45 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_18;
+          if (((*(uint *)(&(v__45))) & (uint)2139095040) != (uint)2139095040) {
+              float v__46 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_18 = (((*(uint *)(&(v__46))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__47 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_19;
+            if (((*(uint *)(&(v__47))) & (uint)8388607) != (uint)0) {
+                float v__48 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_19 = (((*(uint *)(&(v__48))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__49 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_19 = (*(uint *)(&(v__49)));
+            }
+            condval_18 = condval_19;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 1)] = (*(float *)(&(condval_18)));
+            float v__50 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_20;
+          if (((*(uint *)(&(v__50))) & (uint)2139095040) != (uint)2139095040) {
+              float v__51 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_20 = (((*(uint *)(&(v__51))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__52 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_21;
+            if (((*(uint *)(&(v__52))) & (uint)8388607) != (uint)0) {
+                float v__53 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_21 = (((*(uint *)(&(v__53))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__54 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_21 = (*(uint *)(&(v__54)));
+            }
+            condval_20 = condval_21;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 2)] = (*(float *)(&(condval_20)));
+            float v__55 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_22;
+          if (((*(uint *)(&(v__55))) & (uint)2139095040) != (uint)2139095040) {
+              float v__56 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_22 = (((*(uint *)(&(v__56))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__57 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_23;
+            if (((*(uint *)(&(v__57))) & (uint)8388607) != (uint)0) {
+                float v__58 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_23 = (((*(uint *)(&(v__58))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__59 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_23 = (*(uint *)(&(v__59)));
+            }
+            condval_22 = condval_23;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 3)] = (*(float *)(&(condval_22)));
+      }
+      for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
+            float v__60 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_24;
+          if (((*(uint *)(&(v__60))) & (uint)2139095040) != (uint)2139095040) {
+              float v__61 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_24 = (((*(uint *)(&(v__61))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__62 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_25;
+            if (((*(uint *)(&(v__62))) & (uint)8388607) != (uint)0) {
+                float v__63 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_25 = (((*(uint *)(&(v__63))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__64 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_25 = (*(uint *)(&(v__64)));
+            }
+            condval_24 = condval_25;
+          }
+        b_pad_shared_dyn_warp_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_24)));
+            float v__65 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_26;
+          if (((*(uint *)(&(v__65))) & (uint)2139095040) != (uint)2139095040) {
+              float v__66 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_26 = (((*(uint *)(&(v__66))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__67 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_27;
+            if (((*(uint *)(&(v__67))) & (uint)8388607) != (uint)0) {
+                float v__68 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_27 = (((*(uint *)(&(v__68))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__69 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_27 = (*(uint *)(&(v__69)));
+            }
+            condval_26 = condval_27;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_26)));
+            float v__70 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_28;
+          if (((*(uint *)(&(v__70))) & (uint)2139095040) != (uint)2139095040) {
+              float v__71 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_28 = (((*(uint *)(&(v__71))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__72 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_29;
+            if (((*(uint *)(&(v__72))) & (uint)8388607) != (uint)0) {
+                float v__73 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_29 = (((*(uint *)(&(v__73))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__74 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_29 = (*(uint *)(&(v__74)));
+            }
+            condval_28 = condval_29;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_28)));
+            float v__75 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_30;
+          if (((*(uint *)(&(v__75))) & (uint)2139095040) != (uint)2139095040) {
+              float v__76 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_30 = (((*(uint *)(&(v__76))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__77 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_31;
+            if (((*(uint *)(&(v__77))) & (uint)8388607) != (uint)0) {
+                float v__78 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_31 = (((*(uint *)(&(v__78))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__79 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_31 = (*(uint *)(&(v__79)));
+            }
+            condval_30 = condval_31;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_30)));
+      }
+      for (int m_0_2_1 = 0; m_0_2_1 < 4; ++m_0_2_1) {
+        for (int n_0_2_1 = 0; n_0_2_1 < 2; ++n_0_2_1) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((33 <= K) && (33 <= K)) {
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
+    __syncthreads();
+    for (int k_0_1_2 = 0; k_0_1_2 < 4; ++k_0_1_2) {
+      for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
+            float v__80 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_32;
+          if (((*(uint *)(&(v__80))) & (uint)2139095040) != (uint)2139095040) {
+              float v__81 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_32 = (((*(uint *)(&(v__81))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__82 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_33;
+            if (((*(uint *)(&(v__82))) & (uint)8388607) != (uint)0) {
+                float v__83 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_33 = (((*(uint *)(&(v__83))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__84 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_33 = (*(uint *)(&(v__84)));
+            }
+            condval_32 = condval_33;
+          }
+        a_pad_shared_dyn_warp_ptr_1[(ax0_0_2 * 4)] = (*(float *)(&(condval_32)));
+            float v__85 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_34;
+          if (((*(uint *)(&(v__85))) & (uint)2139095040) != (uint)2139095040) {
+              float v__86 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_34 = (((*(uint *)(&(v__86))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__87 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_35;
+            if (((*(uint *)(&(v__87))) & (uint)8388607) != (uint)0) {
+                float v__88 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_35 = (((*(uint *)(&(v__88))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__89 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_35 = (*(uint *)(&(v__89)));
+            }
+            condval_34 = condval_35;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 1)] = (*(float *)(&(condval_34)));
+            float v__90 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_36;
+          if (((*(uint *)(&(v__90))) & (uint)2139095040) != (uint)2139095040) {
+              float v__91 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_36 = (((*(uint *)(&(v__91))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__92 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_37;
+            if (((*(uint *)(&(v__92))) & (uint)8388607) != (uint)0) {
+                float v__93 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_37 = (((*(uint *)(&(v__93))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__94 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_37 = (*(uint *)(&(v__94)));
+            }
+            condval_36 = condval_37;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 2)] = (*(float *)(&(condval_36)));
+            float v__95 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_38;
+          if (((*(uint *)(&(v__95))) & (uint)2139095040) != (uint)2139095040) {
+              float v__96 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_38 = (((*(uint *)(&(v__96))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__97 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_39;
+            if (((*(uint *)(&(v__97))) & (uint)8388607) != (uint)0) {
+                float v__98 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_39 = (((*(uint *)(&(v__98))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__99 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_39 = (*(uint *)(&(v__99)));
+            }
+            condval_38 = condval_39;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 3)] = (*(float *)(&(condval_38)));
+      }
+      for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
+            float v__100 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_40;
+          if (((*(uint *)(&(v__100))) & (uint)2139095040) != (uint)2139095040) {
+              float v__101 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_40 = (((*(uint *)(&(v__101))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__102 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_41;
+            if (((*(uint *)(&(v__102))) & (uint)8388607) != (uint)0) {
+                float v__103 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_41 = (((*(uint *)(&(v__103))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__104 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_41 = (*(uint *)(&(v__104)));
+            }
+            condval_40 = condval_41;
+          }
+        b_pad_shared_dyn_warp_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_40)));
+            float v__105 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_42;
+          if (((*(uint *)(&(v__105))) & (uint)2139095040) != (uint)2139095040) {
+              float v__106 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_42 = (((*(uint *)(&(v__106))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__107 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_43;
+            if (((*(uint *)(&(v__107))) & (uint)8388607) != (uint)0) {
+                float v__108 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_43 = (((*(uint *)(&(v__108))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__109 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_43 = (*(uint *)(&(v__109)));
+            }
+            condval_42 = condval_43;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_42)));
+            float v__110 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_44;
+          if (((*(uint *)(&(v__110))) & (uint)2139095040) != (uint)2139095040) {
+              float v__111 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_44 = (((*(uint *)(&(v__111))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__112 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_45;
+            if (((*(uint *)(&(v__112))) & (uint)8388607) != (uint)0) {
+                float v__113 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_45 = (((*(uint *)(&(v__113))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__114 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_45 = (*(uint *)(&(v__114)));
+            }
+            condval_44 = condval_45;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_44)));
+            float v__115 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_46;
+          if (((*(uint *)(&(v__115))) & (uint)2139095040) != (uint)2139095040) {
+              float v__116 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_46 = (((*(uint *)(&(v__116))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__117 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_47;
+            if (((*(uint *)(&(v__117))) & (uint)8388607) != (uint)0) {
+                float v__118 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_47 = (((*(uint *)(&(v__118))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__119 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_47 = (*(uint *)(&(v__119)));
+            }
+            condval_46 = condval_47;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_46)));
+      }
+      for (int m_0_2_2 = 0; m_0_2_2 < 4; ++m_0_2_2) {
+        for (int n_0_2_2 = 0; n_0_2_2 < 2; ++n_0_2_2) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((1 <= K) && (1 <= K)) {
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
+    __syncthreads();
+    for (int k_0_1_3 = 0; k_0_1_3 < 4; ++k_0_1_3) {
+      for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
+            float v__120 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_48;
+          if (((*(uint *)(&(v__120))) & (uint)2139095040) != (uint)2139095040) {
+              float v__121 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_48 = (((*(uint *)(&(v__121))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__122 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_49;
+            if (((*(uint *)(&(v__122))) & (uint)8388607) != (uint)0) {
+                float v__123 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_49 = (((*(uint *)(&(v__123))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__124 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_49 = (*(uint *)(&(v__124)));
+            }
+            condval_48 = condval_49;
+          }
+        a_pad_shared_dyn_warp_ptr_1[(ax0_0_3 * 4)] = (*(float *)(&(condval_48)));
+            float v__125 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_50;
+          if (((*(uint *)(&(v__125))) & (uint)2139095040) != (uint)2139095040) {
+              float v__126 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_50 = (((*(uint *)(&(v__126))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__127 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_51;
+            if (((*(uint *)(&(v__127))) & (uint)8388607) != (uint)0) {
+                float v__128 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_51 = (((*(uint *)(&(v__128))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__129 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_51 = (*(uint *)(&(v__129)));
+            }
+            condval_50 = condval_51;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 1)] = (*(float *)(&(condval_50)));
+            float v__130 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_52;
+          if (((*(uint *)(&(v__130))) & (uint)2139095040) != (uint)2139095040) {
+              float v__131 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_52 = (((*(uint *)(&(v__131))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__132 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_53;
+            if (((*(uint *)(&(v__132))) & (uint)8388607) != (uint)0) {
+                float v__133 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_53 = (((*(uint *)(&(v__133))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__134 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_53 = (*(uint *)(&(v__134)));
+            }
+            condval_52 = condval_53;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 2)] = (*(float *)(&(condval_52)));
+            float v__135 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_54;
+          if (((*(uint *)(&(v__135))) & (uint)2139095040) != (uint)2139095040) {
+              float v__136 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_54 = (((*(uint *)(&(v__136))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__137 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_55;
+            if (((*(uint *)(&(v__137))) & (uint)8388607) != (uint)0) {
+                float v__138 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_55 = (((*(uint *)(&(v__138))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__139 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_55 = (*(uint *)(&(v__139)));
+            }
+            condval_54 = condval_55;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 3)] = (*(float *)(&(condval_54)));
+      }
+      for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
+            float v__140 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_56;
+          if (((*(uint *)(&(v__140))) & (uint)2139095040) != (uint)2139095040) {
+              float v__141 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_56 = (((*(uint *)(&(v__141))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__142 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_57;
+            if (((*(uint *)(&(v__142))) & (uint)8388607) != (uint)0) {
+                float v__143 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_57 = (((*(uint *)(&(v__143))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__144 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_57 = (*(uint *)(&(v__144)));
+            }
+            condval_56 = condval_57;
+          }
+        b_pad_shared_dyn_warp_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_56)));
+            float v__145 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_58;
+          if (((*(uint *)(&(v__145))) & (uint)2139095040) != (uint)2139095040) {
+              float v__146 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_58 = (((*(uint *)(&(v__146))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__147 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_59;
+            if (((*(uint *)(&(v__147))) & (uint)8388607) != (uint)0) {
+                float v__148 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_59 = (((*(uint *)(&(v__148))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__149 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_59 = (*(uint *)(&(v__149)));
+            }
+            condval_58 = condval_59;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_58)));
+            float v__150 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_60;
+          if (((*(uint *)(&(v__150))) & (uint)2139095040) != (uint)2139095040) {
+              float v__151 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_60 = (((*(uint *)(&(v__151))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__152 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_61;
+            if (((*(uint *)(&(v__152))) & (uint)8388607) != (uint)0) {
+                float v__153 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_61 = (((*(uint *)(&(v__153))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__154 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_61 = (*(uint *)(&(v__154)));
+            }
+            condval_60 = condval_61;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_60)));
+            float v__155 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_62;
+          if (((*(uint *)(&(v__155))) & (uint)2139095040) != (uint)2139095040) {
+              float v__156 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_62 = (((*(uint *)(&(v__156))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__157 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_63;
+            if (((*(uint *)(&(v__157))) & (uint)8388607) != (uint)0) {
+                float v__158 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_63 = (((*(uint *)(&(v__158))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__159 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_63 = (*(uint *)(&(v__159)));
+            }
+            condval_62 = condval_63;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_62)));
+      }
+      for (int m_0_2_3 = 0; m_0_2_3 < 4; ++m_0_2_3) {
+        for (int n_0_2_3 = 0; n_0_2_3 < 2; ++n_0_2_3) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  __syncthreads();
+  for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+    for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
+      ((float*)buf_dyn_shmem_ptr)[(((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2))] = acc_pad_shared_dyn_warp_ptr[((ax0_0_4 * 16) + (ax1_0_4 * 8))];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 1)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1024)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 2)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1025)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 3)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 8)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 4)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 9)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 5)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1032)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 6)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1033)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 7)];
+    }
+  }
+  __syncthreads();
+  for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 64; ++ax0_ax1_fused_0_8) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < ((N >> 2) * 4))) {
+      c_v_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * (N >> 2)) * 4)) + ((int)threadIdx.x))] = (((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_8 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + bias_ptr[(((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))]);
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel_1(float* __restrict__ a_ptr, float* __restrict__ b_ptr, float* __restrict__ bias_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int b_s0) {
+  extern __shared__ __align__(64) uchar buf_dyn_shmem_ptr[];
+  alignas(64) float acc_pad_shared_dyn_warp_1_ptr[64];
+  alignas(64) float a_pad_shared_dyn_warp_1_ptr[16];
+  alignas(64) float b_pad_shared_dyn_warp_1_ptr[8];
+  alignas(64) float a_pad_shared_dyn_warp_1_ptr_1[16];
+  alignas(64) float b_pad_shared_dyn_warp_1_ptr_1[256];
+  for (int m_0_2_init = 0; m_0_2_init < 4; ++m_0_2_init) {
+    for (int n_0_2_init = 0; n_0_2_init < 2; ++n_0_2_init) {
+      acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8))] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 1)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 2)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 3)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 4)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 5)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 6)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 7)] = 0x0p+0f/*0.000000e+00*/;
+    }
+  }
+  if (0 < K) {
+    for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 16; ++ax0_ax1_fused_0) {
+      float condval;
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) < M) && (((int)threadIdx.x) < K)) {
+        condval = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
+      } else {
+        condval = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 16896)] = condval;
+    }
+  }
+  if (0 < K) {
+    for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 16; ++ax0_ax1_fused_0_1) {
+      float condval_1;
+      if ((((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+        condval_1 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
+      } else {
+        condval_1 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_1 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] = condval_1;
+    }
+  }
+  if (32 < K) {
+    for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 16; ++ax0_ax1_fused_0_2) {
+      float condval_2;
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 32) < K)) {
+        condval_2 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
+      } else {
+        condval_2 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_2 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 21504)] = condval_2;
+    }
+  }
+  if (32 < K) {
+    for (int ax0_ax1_fused_0_3 = 0; ax0_ax1_fused_0_3 < 16; ++ax0_ax1_fused_0_3) {
+      float condval_3;
+      if (((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+        condval_3 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
+      } else {
+        condval_3 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_3 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) + 4224)] = condval_3;
+    }
+  }
+  if (64 < K) {
+    for (int ax0_ax1_fused_0_4 = 0; ax0_ax1_fused_0_4 < 16; ++ax0_ax1_fused_0_4) {
+      float condval_4;
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 64) < K)) {
+        condval_4 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
+      } else {
+        condval_4 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_4 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 26112)] = condval_4;
+    }
+  }
+  if (64 < K) {
+    for (int ax0_ax1_fused_0_5 = 0; ax0_ax1_fused_0_5 < 16; ++ax0_ax1_fused_0_5) {
+      float condval_5;
+      if (((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+        condval_5 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
+      } else {
+        condval_5 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_5 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) + 8448)] = condval_5;
+    }
+  }
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
+    __syncthreads();
+    for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 16; ++ax0_ax1_fused_0_6) {
+      float condval_6;
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) < M) && ((((k_0_0 * 32) + ((int)threadIdx.x)) + 96) < K)) {
+        condval_6 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
+      } else {
+        condval_6 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 3) & 3) * 4608) + (ax0_ax1_fused_0_6 * 288)) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 16896)] = condval_6;
+    }
+    for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 16; ++ax0_ax1_fused_0_7) {
+      float condval_7;
+      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+        condval_7 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+      } else {
+        condval_7 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 3) & 3) * 4224) + (ax0_ax1_fused_0_7 * 264)) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] = condval_7;
+    }
+    __syncthreads();
+    for (int k_0_1 = 0; k_0_1 < 4; ++k_0_1) {
+      for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
+            float v_ = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_8;
+          if (((*(uint *)(&(v_))) & (uint)2139095040) != (uint)2139095040) {
+              float v__1 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_8 = (((*(uint *)(&(v__1))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__2 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_9;
+            if (((*(uint *)(&(v__2))) & (uint)8388607) != (uint)0) {
+                float v__3 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_9 = (((*(uint *)(&(v__3))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__4 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_9 = (*(uint *)(&(v__4)));
+            }
+            condval_8 = condval_9;
+          }
+        a_pad_shared_dyn_warp_1_ptr[(ax0_0 * 4)] = (*(float *)(&(condval_8)));
+            float v__5 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_10;
+          if (((*(uint *)(&(v__5))) & (uint)2139095040) != (uint)2139095040) {
+              float v__6 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_10 = (((*(uint *)(&(v__6))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__7 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_11;
+            if (((*(uint *)(&(v__7))) & (uint)8388607) != (uint)0) {
+                float v__8 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_11 = (((*(uint *)(&(v__8))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__9 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_11 = (*(uint *)(&(v__9)));
+            }
+            condval_10 = condval_11;
+          }
+        a_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 1)] = (*(float *)(&(condval_10)));
+            float v__10 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_12;
+          if (((*(uint *)(&(v__10))) & (uint)2139095040) != (uint)2139095040) {
+              float v__11 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_12 = (((*(uint *)(&(v__11))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__12 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_13;
+            if (((*(uint *)(&(v__12))) & (uint)8388607) != (uint)0) {
+                float v__13 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_13 = (((*(uint *)(&(v__13))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__14 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_13 = (*(uint *)(&(v__14)));
+            }
+            condval_12 = condval_13;
+          }
+        a_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 2)] = (*(float *)(&(condval_12)));
+            float v__15 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_14;
+          if (((*(uint *)(&(v__15))) & (uint)2139095040) != (uint)2139095040) {
+              float v__16 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_14 = (((*(uint *)(&(v__16))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__17 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_15;
+            if (((*(uint *)(&(v__17))) & (uint)8388607) != (uint)0) {
+                float v__18 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_15 = (((*(uint *)(&(v__18))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__19 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_15 = (*(uint *)(&(v__19)));
+            }
+            condval_14 = condval_15;
+          }
+        a_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 3)] = (*(float *)(&(condval_14)));
+      }
+      for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
+            float v__20 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_16;
+          if (((*(uint *)(&(v__20))) & (uint)2139095040) != (uint)2139095040) {
+              float v__21 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_16 = (((*(uint *)(&(v__21))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__22 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_17;
+            if (((*(uint *)(&(v__22))) & (uint)8388607) != (uint)0) {
+                float v__23 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_17 = (((*(uint *)(&(v__23))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__24 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_17 = (*(uint *)(&(v__24)));
+            }
+            condval_16 = condval_17;
+          }
+        b_pad_shared_dyn_warp_1_ptr[(ax1_0 * 4)] = (*(float *)(&(condval_16)));
+            float v__25 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_18;
+          if (((*(uint *)(&(v__25))) & (uint)2139095040) != (uint)2139095040) {
+              float v__26 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_18 = (((*(uint *)(&(v__26))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__27 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_19;
+            if (((*(uint *)(&(v__27))) & (uint)8388607) != (uint)0) {
+                float v__28 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_19 = (((*(uint *)(&(v__28))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__29 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_19 = (*(uint *)(&(v__29)));
+            }
+            condval_18 = condval_19;
+          }
+        b_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 1)] = (*(float *)(&(condval_18)));
+            float v__30 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_20;
+          if (((*(uint *)(&(v__30))) & (uint)2139095040) != (uint)2139095040) {
+              float v__31 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_20 = (((*(uint *)(&(v__31))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__32 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_21;
+            if (((*(uint *)(&(v__32))) & (uint)8388607) != (uint)0) {
+                float v__33 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_21 = (((*(uint *)(&(v__33))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__34 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_21 = (*(uint *)(&(v__34)));
+            }
+            condval_20 = condval_21;
+          }
+        b_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 2)] = (*(float *)(&(condval_20)));
+            float v__35 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_22;
+          if (((*(uint *)(&(v__35))) & (uint)2139095040) != (uint)2139095040) {
+              float v__36 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_22 = (((*(uint *)(&(v__36))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__37 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_23;
+            if (((*(uint *)(&(v__37))) & (uint)8388607) != (uint)0) {
+                float v__38 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_23 = (((*(uint *)(&(v__38))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__39 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_23 = (*(uint *)(&(v__39)));
+            }
+            condval_22 = condval_23;
+          }
+        b_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 3)] = (*(float *)(&(condval_22)));
+      }
+      for (int m_0_2 = 0; m_0_2 < 4; ++m_0_2) {
+        for (int n_0_2 = 0; n_0_2 < 2; ++n_0_2) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + (n_0_2 * 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + (n_0_2 * 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + ((n_0_2 * 4) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + ((n_0_2 * 4) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((65 <= K) && (65 <= K)) {
+    for (int k_0_1_1 = 0; k_0_1_1 < 4; ++k_0_1_1) {
+      for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
+            float v__40 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_24;
+          if (((*(uint *)(&(v__40))) & (uint)2139095040) != (uint)2139095040) {
+              float v__41 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_24 = (((*(uint *)(&(v__41))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__42 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_25;
+            if (((*(uint *)(&(v__42))) & (uint)8388607) != (uint)0) {
+                float v__43 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_25 = (((*(uint *)(&(v__43))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__44 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_25 = (*(uint *)(&(v__44)));
+            }
+            condval_24 = condval_25;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[(ax0_0_1 * 4)] = (*(float *)(&(condval_24)));
+            float v__45 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_26;
+          if (((*(uint *)(&(v__45))) & (uint)2139095040) != (uint)2139095040) {
+              float v__46 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_26 = (((*(uint *)(&(v__46))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__47 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_27;
+            if (((*(uint *)(&(v__47))) & (uint)8388607) != (uint)0) {
+                float v__48 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_27 = (((*(uint *)(&(v__48))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__49 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_27 = (*(uint *)(&(v__49)));
+            }
+            condval_26 = condval_27;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 1)] = (*(float *)(&(condval_26)));
+            float v__50 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_28;
+          if (((*(uint *)(&(v__50))) & (uint)2139095040) != (uint)2139095040) {
+              float v__51 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_28 = (((*(uint *)(&(v__51))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__52 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_29;
+            if (((*(uint *)(&(v__52))) & (uint)8388607) != (uint)0) {
+                float v__53 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_29 = (((*(uint *)(&(v__53))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__54 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_29 = (*(uint *)(&(v__54)));
+            }
+            condval_28 = condval_29;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 2)] = (*(float *)(&(condval_28)));
+            float v__55 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_30;
+          if (((*(uint *)(&(v__55))) & (uint)2139095040) != (uint)2139095040) {
+              float v__56 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_30 = (((*(uint *)(&(v__56))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__57 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_31;
+            if (((*(uint *)(&(v__57))) & (uint)8388607) != (uint)0) {
+                float v__58 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_31 = (((*(uint *)(&(v__58))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__59 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_31 = (*(uint *)(&(v__59)));
+            }
+            condval_30 = condval_31;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 3)] = (*(float *)(&(condval_30)));
+      }
+      for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
+            float v__60 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_32;
+          if (((*(uint *)(&(v__60))) & (uint)2139095040) != (uint)2139095040) {
+              float v__61 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_32 = (((*(uint *)(&(v__61))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__62 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_33;
+            if (((*(uint *)(&(v__62))) & (uint)8388607) != (uint)0) {
+                float v__63 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_33 = (((*(uint *)(&(v__63))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__64 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_33 = (*(uint *)(&(v__64)));
+            }
+            condval_32 = condval_33;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_32)));
+            float v__65 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_34;
+          if (((*(uint *)(&(v__65))) & (uint)2139095040) != (uint)2139095040) {
+              float v__66 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_34 = (((*(uint *)(&(v__66))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__67 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_35;
+            if (((*(uint *)(&(v__67))) & (uint)8388607) != (uint)0) {
+                float v__68 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_35 = (((*(uint *)(&(v__68))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__69 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_35 = (*(uint *)(&(v__69)));
+            }
+            condval_34 = condval_35;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_34)));
+            float v__70 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_36;
+          if (((*(uint *)(&(v__70))) & (uint)2139095040) != (uint)2139095040) {
+              float v__71 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_36 = (((*(uint *)(&(v__71))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__72 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_37;
+            if (((*(uint *)(&(v__72))) & (uint)8388607) != (uint)0) {
+                float v__73 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_37 = (((*(uint *)(&(v__73))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__74 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_37 = (*(uint *)(&(v__74)));
+            }
+            condval_36 = condval_37;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_36)));
+            float v__75 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_38;
+          if (((*(uint *)(&(v__75))) & (uint)2139095040) != (uint)2139095040) {
+              float v__76 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_38 = (((*(uint *)(&(v__76))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__77 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_39;
+            if (((*(uint *)(&(v__77))) & (uint)8388607) != (uint)0) {
+                float v__78 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_39 = (((*(uint *)(&(v__78))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__79 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_39 = (*(uint *)(&(v__79)));
+            }
+            condval_38 = condval_39;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_38)));
+      }
+      for (int m_0_2_1 = 0; m_0_2_1 < 4; ++m_0_2_1) {
+        for (int n_0_2_1 = 0; n_0_2_1 < 2; ++n_0_2_1) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((33 <= K) && (33 <= K)) {
+    for (int k_0_1_2 = 0; k_0_1_2 < 4; ++k_0_1_2) {
+      for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
+            float v__80 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_40;
+          if (((*(uint *)(&(v__80))) & (uint)2139095040) != (uint)2139095040) {
+              float v__81 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_40 = (((*(uint *)(&(v__81))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__82 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_41;
+            if (((*(uint *)(&(v__82))) & (uint)8388607) != (uint)0) {
+                float v__83 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_41 = (((*(uint *)(&(v__83))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__84 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_41 = (*(uint *)(&(v__84)));
+            }
+            condval_40 = condval_41;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[(ax0_0_2 * 4)] = (*(float *)(&(condval_40)));
+            float v__85 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_42;
+          if (((*(uint *)(&(v__85))) & (uint)2139095040) != (uint)2139095040) {
+              float v__86 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_42 = (((*(uint *)(&(v__86))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__87 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_43;
+            if (((*(uint *)(&(v__87))) & (uint)8388607) != (uint)0) {
+                float v__88 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_43 = (((*(uint *)(&(v__88))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__89 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_43 = (*(uint *)(&(v__89)));
+            }
+            condval_42 = condval_43;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 1)] = (*(float *)(&(condval_42)));
+            float v__90 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_44;
+          if (((*(uint *)(&(v__90))) & (uint)2139095040) != (uint)2139095040) {
+              float v__91 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_44 = (((*(uint *)(&(v__91))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__92 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_45;
+            if (((*(uint *)(&(v__92))) & (uint)8388607) != (uint)0) {
+                float v__93 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_45 = (((*(uint *)(&(v__93))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__94 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_45 = (*(uint *)(&(v__94)));
+            }
+            condval_44 = condval_45;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 2)] = (*(float *)(&(condval_44)));
+            float v__95 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_46;
+          if (((*(uint *)(&(v__95))) & (uint)2139095040) != (uint)2139095040) {
+              float v__96 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_46 = (((*(uint *)(&(v__96))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__97 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_47;
+            if (((*(uint *)(&(v__97))) & (uint)8388607) != (uint)0) {
+                float v__98 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_47 = (((*(uint *)(&(v__98))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__99 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_47 = (*(uint *)(&(v__99)));
+            }
+            condval_46 = condval_47;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 3)] = (*(float *)(&(condval_46)));
+      }
+      for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
+            float v__100 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_48;
+          if (((*(uint *)(&(v__100))) & (uint)2139095040) != (uint)2139095040) {
+              float v__101 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_48 = (((*(uint *)(&(v__101))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__102 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_49;
+            if (((*(uint *)(&(v__102))) & (uint)8388607) != (uint)0) {
+                float v__103 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_49 = (((*(uint *)(&(v__103))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__104 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_49 = (*(uint *)(&(v__104)));
+            }
+            condval_48 = condval_49;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_48)));
+            float v__105 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_50;
+          if (((*(uint *)(&(v__105))) & (uint)2139095040) != (uint)2139095040) {
+              float v__106 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_50 = (((*(uint *)(&(v__106))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__107 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_51;
+            if (((*(uint *)(&(v__107))) & (uint)8388607) != (uint)0) {
+                float v__108 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_51 = (((*(uint *)(&(v__108))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__109 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_51 = (*(uint *)(&(v__109)));
+            }
+            condval_50 = condval_51;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_50)));
+            float v__110 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_52;
+          if (((*(uint *)(&(v__110))) & (uint)2139095040) != (uint)2139095040) {
+              float v__111 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_52 = (((*(uint *)(&(v__111))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__112 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_53;
+            if (((*(uint *)(&(v__112))) & (uint)8388607) != (uint)0) {
+                float v__113 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_53 = (((*(uint *)(&(v__113))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__114 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_53 = (*(uint *)(&(v__114)));
+            }
+            condval_52 = condval_53;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_52)));
+            float v__115 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_54;
+          if (((*(uint *)(&(v__115))) & (uint)2139095040) != (uint)2139095040) {
+              float v__116 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_54 = (((*(uint *)(&(v__116))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__117 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_55;
+            if (((*(uint *)(&(v__117))) & (uint)8388607) != (uint)0) {
+                float v__118 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_55 = (((*(uint *)(&(v__118))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__119 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_55 = (*(uint *)(&(v__119)));
+            }
+            condval_54 = condval_55;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_54)));
+      }
+      for (int m_0_2_2 = 0; m_0_2_2 < 4; ++m_0_2_2) {
+        for (int n_0_2_2 = 0; n_0_2_2 < 2; ++n_0_2_2) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((1 <= K) && (1 <= K)) {
+    for (int k_0_1_3 = 0; k_0_1_3 < 4; ++k_0_1_3) {
+      for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
+            float v__120 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_56;
+          if (((*(uint *)(&(v__120))) & (uint)2139095040) != (uint)2139095040) {
+              float v__121 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_56 = (((*(uint *)(&(v__121))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__122 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_57;
+            if (((*(uint *)(&(v__122))) & (uint)8388607) != (uint)0) {
+                float v__123 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_57 = (((*(uint *)(&(v__123))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__124 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_57 = (*(uint *)(&(v__124)));
+            }
+            condval_56 = condval_57;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[(ax0_0_3 * 4)] = (*(float *)(&(condval_56)));
+            float v__125 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_58;
+          if (((*(uint *)(&(v__125))) & (uint)2139095040) != (uint)2139095040) {
+              float v__126 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_58 = (((*(uint *)(&(v__126))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__127 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_59;
+            if (((*(uint *)(&(v__127))) & (uint)8388607) != (uint)0) {
+                float v__128 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_59 = (((*(uint *)(&(v__128))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__129 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_59 = (*(uint *)(&(v__129)));
+            }
+            condval_58 = condval_59;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 1)] = (*(float *)(&(condval_58)));
+            float v__130 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_60;
+          if (((*(uint *)(&(v__130))) & (uint)2139095040) != (uint)2139095040) {
+              float v__131 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_60 = (((*(uint *)(&(v__131))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__132 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_61;
+            if (((*(uint *)(&(v__132))) & (uint)8388607) != (uint)0) {
+                float v__133 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_61 = (((*(uint *)(&(v__133))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__134 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_61 = (*(uint *)(&(v__134)));
+            }
+            condval_60 = condval_61;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 2)] = (*(float *)(&(condval_60)));
+            float v__135 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_62;
+          if (((*(uint *)(&(v__135))) & (uint)2139095040) != (uint)2139095040) {
+              float v__136 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_62 = (((*(uint *)(&(v__136))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__137 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_63;
+            if (((*(uint *)(&(v__137))) & (uint)8388607) != (uint)0) {
+                float v__138 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_63 = (((*(uint *)(&(v__138))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__139 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_63 = (*(uint *)(&(v__139)));
+            }
+            condval_62 = condval_63;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 3)] = (*(float *)(&(condval_62)));
+      }
+      for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
+            float v__140 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_64;
+          if (((*(uint *)(&(v__140))) & (uint)2139095040) != (uint)2139095040) {
+              float v__141 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_64 = (((*(uint *)(&(v__141))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__142 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_65;
+            if (((*(uint *)(&(v__142))) & (uint)8388607) != (uint)0) {
+                float v__143 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_65 = (((*(uint *)(&(v__143))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__144 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_65 = (*(uint *)(&(v__144)));
+            }
+            condval_64 = condval_65;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_64)));
+            float v__145 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_66;
+          if (((*(uint *)(&(v__145))) & (uint)2139095040) != (uint)2139095040) {
+              float v__146 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_66 = (((*(uint *)(&(v__146))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__147 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_67;
+            if (((*(uint *)(&(v__147))) & (uint)8388607) != (uint)0) {
+                float v__148 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_67 = (((*(uint *)(&(v__148))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__149 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_67 = (*(uint *)(&(v__149)));
+            }
+            condval_66 = condval_67;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_66)));
+            float v__150 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_68;
+          if (((*(uint *)(&(v__150))) & (uint)2139095040) != (uint)2139095040) {
+              float v__151 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_68 = (((*(uint *)(&(v__151))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__152 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_69;
+            if (((*(uint *)(&(v__152))) & (uint)8388607) != (uint)0) {
+                float v__153 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_69 = (((*(uint *)(&(v__153))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__154 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_69 = (*(uint *)(&(v__154)));
+            }
+            condval_68 = condval_69;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_68)));
+            float v__155 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_70;
+          if (((*(uint *)(&(v__155))) & (uint)2139095040) != (uint)2139095040) {
+              float v__156 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_70 = (((*(uint *)(&(v__156))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__157 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_71;
+            if (((*(uint *)(&(v__157))) & (uint)8388607) != (uint)0) {
+                float v__158 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_71 = (((*(uint *)(&(v__158))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__159 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_71 = (*(uint *)(&(v__159)));
+            }
+            condval_70 = condval_71;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_70)));
+      }
+      for (int m_0_2_3 = 0; m_0_2_3 < 4; ++m_0_2_3) {
+        for (int n_0_2_3 = 0; n_0_2_3 < 2; ++n_0_2_3) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  __syncthreads();
+  for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+    for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
+      ((float*)buf_dyn_shmem_ptr)[(((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2))] = acc_pad_shared_dyn_warp_1_ptr[((ax0_0_4 * 16) + (ax1_0_4 * 8))];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 1)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1024)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 2)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1025)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 3)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 8)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 4)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 9)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 5)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1032)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 6)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1033)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 7)];
+    }
+  }
+  __syncthreads();
+  for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 64; ++ax0_ax1_fused_0_8) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+      c_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * N)) + ((int)threadIdx.x))] = (((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_8 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + bias_ptr[(((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))]);
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias_kernel(float* __restrict__ a_v_ptr, float* __restrict__ addend_ptr, float* __restrict__ b_v_ptr, float* __restrict__ bias_ptr, float* __restrict__ c_v_ptr, int K, int M, int N, int a_s0, int addend_s0, int b_s0) {
+  extern __shared__ __align__(64) uchar buf_dyn_shmem_ptr[];
+  alignas(64) float acc_pad_shared_dyn_warp_ptr[64];
+  alignas(64) float a_pad_shared_dyn_warp_ptr[16];
+  alignas(64) float b_pad_shared_dyn_warp_ptr[8];
+  alignas(64) float a_pad_shared_dyn_warp_ptr_1[16];
+  alignas(64) float b_pad_shared_dyn_warp_ptr_1[256];
+  for (int m_0_2_init = 0; m_0_2_init < 4; ++m_0_2_init) {
+    for (int n_0_2_init = 0; n_0_2_init < 2; ++n_0_2_init) {
+      acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8))] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 1)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 2)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 3)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 4)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 5)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 6)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 7)] = 0x0p+0f/*0.000000e+00*/;
+    }
+  }
+  if (0 < K) {
+    for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 4; ++ax0_ax1_fused_0) {
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 16896), a_v_ptr, (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < 0)));
+    }
+    for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 4; ++ax0_ax1_fused_0_1) {
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, (((ax0_ax1_fused_0_1 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)), ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)));
+    }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
+  }
+  if (32 < K) {
+    for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 4; ++ax0_ax1_fused_0_2) {
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_2 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 21504), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < -8)));
+    }
+    for (int ax0_ax1_fused_0_3 = 0; ax0_ax1_fused_0_3 < 4; ++ax0_ax1_fused_0_3) {
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, ((((ax0_ax1_fused_0_3 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)) + 4224), b_v_ptr, (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)), (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)));
+    }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
+  }
+  if (64 < K) {
+    for (int ax0_ax1_fused_0_4 = 0; ax0_ax1_fused_0_4 < 4; ++ax0_ax1_fused_0_4) {
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_4 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 26112), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < -16)));
+    }
+    for (int ax0_ax1_fused_0_5 = 0; ax0_ax1_fused_0_5 < 4; ++ax0_ax1_fused_0_5) {
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, ((((ax0_ax1_fused_0_5 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)) + 8448), b_v_ptr, (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)), (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)));
+    }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
+  }
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
+    __syncthreads();
+    for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 4; ++ax0_ax1_fused_0_6) {
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, ((((((((k_0_0 + 3) & 3) * 4608) + (ax0_ax1_fused_0_6 * 1152)) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 16896), a_v_ptr, ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && ((((k_0_0 * 8) + (((int)threadIdx.x) & 7)) - (K >> 2)) < -24)));
+    }
+    for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 4; ++ax0_ax1_fused_0_7) {
+      ptx_cp_async_legacy_pred_cg_16_4_4(buf_dyn_shmem_ptr, ((((((k_0_0 + 3) & 3) * 4224) + (ax0_ax1_fused_0_7 * 1056)) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)), ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)));
+    }
+    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_3();
+    __syncthreads();
+    for (int k_0_1 = 0; k_0_1 < 4; ++k_0_1) {
+      for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
+            float v_ = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval;
+          if (((*(uint *)(&(v_))) & (uint)2139095040) != (uint)2139095040) {
+              float v__1 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval = (((*(uint *)(&(v__1))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__2 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_1;
+            if (((*(uint *)(&(v__2))) & (uint)8388607) != (uint)0) {
+                float v__3 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_1 = (((*(uint *)(&(v__3))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__4 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_1 = (*(uint *)(&(v__4)));
+            }
+            condval = condval_1;
+          }
+        a_pad_shared_dyn_warp_ptr[(ax0_0 * 4)] = (*(float *)(&(condval)));
+            float v__5 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_2;
+          if (((*(uint *)(&(v__5))) & (uint)2139095040) != (uint)2139095040) {
+              float v__6 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_2 = (((*(uint *)(&(v__6))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__7 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_3;
+            if (((*(uint *)(&(v__7))) & (uint)8388607) != (uint)0) {
+                float v__8 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_3 = (((*(uint *)(&(v__8))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__9 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_3 = (*(uint *)(&(v__9)));
+            }
+            condval_2 = condval_3;
+          }
+        a_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 1)] = (*(float *)(&(condval_2)));
+            float v__10 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_4;
+          if (((*(uint *)(&(v__10))) & (uint)2139095040) != (uint)2139095040) {
+              float v__11 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_4 = (((*(uint *)(&(v__11))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__12 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_5;
+            if (((*(uint *)(&(v__12))) & (uint)8388607) != (uint)0) {
+                float v__13 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_5 = (((*(uint *)(&(v__13))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__14 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_5 = (*(uint *)(&(v__14)));
+            }
+            condval_4 = condval_5;
+          }
+        a_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 2)] = (*(float *)(&(condval_4)));
+            float v__15 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_6;
+          if (((*(uint *)(&(v__15))) & (uint)2139095040) != (uint)2139095040) {
+              float v__16 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_6 = (((*(uint *)(&(v__16))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__17 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_7;
+            if (((*(uint *)(&(v__17))) & (uint)8388607) != (uint)0) {
+                float v__18 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_7 = (((*(uint *)(&(v__18))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__19 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_7 = (*(uint *)(&(v__19)));
+            }
+            condval_6 = condval_7;
+          }
+        a_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 3)] = (*(float *)(&(condval_6)));
+      }
+      for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
+            float v__20 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_8;
+          if (((*(uint *)(&(v__20))) & (uint)2139095040) != (uint)2139095040) {
+              float v__21 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_8 = (((*(uint *)(&(v__21))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__22 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_9;
+            if (((*(uint *)(&(v__22))) & (uint)8388607) != (uint)0) {
+                float v__23 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_9 = (((*(uint *)(&(v__23))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__24 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_9 = (*(uint *)(&(v__24)));
+            }
+            condval_8 = condval_9;
+          }
+        b_pad_shared_dyn_warp_ptr[(ax1_0 * 4)] = (*(float *)(&(condval_8)));
+            float v__25 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_10;
+          if (((*(uint *)(&(v__25))) & (uint)2139095040) != (uint)2139095040) {
+              float v__26 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_10 = (((*(uint *)(&(v__26))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__27 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_11;
+            if (((*(uint *)(&(v__27))) & (uint)8388607) != (uint)0) {
+                float v__28 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_11 = (((*(uint *)(&(v__28))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__29 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_11 = (*(uint *)(&(v__29)));
+            }
+            condval_10 = condval_11;
+          }
+        b_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 1)] = (*(float *)(&(condval_10)));
+            float v__30 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_12;
+          if (((*(uint *)(&(v__30))) & (uint)2139095040) != (uint)2139095040) {
+              float v__31 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_12 = (((*(uint *)(&(v__31))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__32 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_13;
+            if (((*(uint *)(&(v__32))) & (uint)8388607) != (uint)0) {
+                float v__33 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_13 = (((*(uint *)(&(v__33))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__34 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_13 = (*(uint *)(&(v__34)));
+            }
+            condval_12 = condval_13;
+          }
+        b_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 2)] = (*(float *)(&(condval_12)));
+            float v__35 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_14;
+          if (((*(uint *)(&(v__35))) & (uint)2139095040) != (uint)2139095040) {
+              float v__36 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_14 = (((*(uint *)(&(v__36))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__37 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_15;
+            if (((*(uint *)(&(v__37))) & (uint)8388607) != (uint)0) {
+                float v__38 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_15 = (((*(uint *)(&(v__38))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__39 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_15 = (*(uint *)(&(v__39)));
+            }
+            condval_14 = condval_15;
+          }
+        b_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 3)] = (*(float *)(&(condval_14)));
+      }
+      for (int m_0_2 = 0; m_0_2 < 4; ++m_0_2) {
+        for (int n_0_2 = 0; n_0_2 < 2; ++n_0_2) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + (n_0_2 * 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + (n_0_2 * 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + ((n_0_2 * 4) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr + ((n_0_2 * 4) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((65 <= K) && (65 <= K)) {
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
+    __syncthreads();
+    for (int k_0_1_1 = 0; k_0_1_1 < 4; ++k_0_1_1) {
+      for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
+            float v__40 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_16;
+          if (((*(uint *)(&(v__40))) & (uint)2139095040) != (uint)2139095040) {
+              float v__41 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_16 = (((*(uint *)(&(v__41))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__42 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_17;
+            if (((*(uint *)(&(v__42))) & (uint)8388607) != (uint)0) {
+                float v__43 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_17 = (((*(uint *)(&(v__43))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__44 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_17 = (*(uint *)(&(v__44)));
+            }
+            condval_16 = condval_17;
+          }
+        a_pad_shared_dyn_warp_ptr_1[(ax0_0_1 * 4)] = (*(float *)(&(condval_16)));
+            float v__45 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_18;
+          if (((*(uint *)(&(v__45))) & (uint)2139095040) != (uint)2139095040) {
+              float v__46 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_18 = (((*(uint *)(&(v__46))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__47 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_19;
+            if (((*(uint *)(&(v__47))) & (uint)8388607) != (uint)0) {
+                float v__48 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_19 = (((*(uint *)(&(v__48))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__49 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_19 = (*(uint *)(&(v__49)));
+            }
+            condval_18 = condval_19;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 1)] = (*(float *)(&(condval_18)));
+            float v__50 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_20;
+          if (((*(uint *)(&(v__50))) & (uint)2139095040) != (uint)2139095040) {
+              float v__51 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_20 = (((*(uint *)(&(v__51))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__52 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_21;
+            if (((*(uint *)(&(v__52))) & (uint)8388607) != (uint)0) {
+                float v__53 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_21 = (((*(uint *)(&(v__53))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__54 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_21 = (*(uint *)(&(v__54)));
+            }
+            condval_20 = condval_21;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 2)] = (*(float *)(&(condval_20)));
+            float v__55 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_22;
+          if (((*(uint *)(&(v__55))) & (uint)2139095040) != (uint)2139095040) {
+              float v__56 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_22 = (((*(uint *)(&(v__56))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__57 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_23;
+            if (((*(uint *)(&(v__57))) & (uint)8388607) != (uint)0) {
+                float v__58 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_23 = (((*(uint *)(&(v__58))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__59 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_23 = (*(uint *)(&(v__59)));
+            }
+            condval_22 = condval_23;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 3)] = (*(float *)(&(condval_22)));
+      }
+      for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
+            float v__60 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_24;
+          if (((*(uint *)(&(v__60))) & (uint)2139095040) != (uint)2139095040) {
+              float v__61 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_24 = (((*(uint *)(&(v__61))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__62 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_25;
+            if (((*(uint *)(&(v__62))) & (uint)8388607) != (uint)0) {
+                float v__63 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_25 = (((*(uint *)(&(v__63))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__64 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_25 = (*(uint *)(&(v__64)));
+            }
+            condval_24 = condval_25;
+          }
+        b_pad_shared_dyn_warp_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_24)));
+            float v__65 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_26;
+          if (((*(uint *)(&(v__65))) & (uint)2139095040) != (uint)2139095040) {
+              float v__66 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_26 = (((*(uint *)(&(v__66))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__67 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_27;
+            if (((*(uint *)(&(v__67))) & (uint)8388607) != (uint)0) {
+                float v__68 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_27 = (((*(uint *)(&(v__68))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__69 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_27 = (*(uint *)(&(v__69)));
+            }
+            condval_26 = condval_27;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_26)));
+            float v__70 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_28;
+          if (((*(uint *)(&(v__70))) & (uint)2139095040) != (uint)2139095040) {
+              float v__71 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_28 = (((*(uint *)(&(v__71))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__72 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_29;
+            if (((*(uint *)(&(v__72))) & (uint)8388607) != (uint)0) {
+                float v__73 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_29 = (((*(uint *)(&(v__73))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__74 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_29 = (*(uint *)(&(v__74)));
+            }
+            condval_28 = condval_29;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_28)));
+            float v__75 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_30;
+          if (((*(uint *)(&(v__75))) & (uint)2139095040) != (uint)2139095040) {
+              float v__76 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_30 = (((*(uint *)(&(v__76))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__77 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_31;
+            if (((*(uint *)(&(v__77))) & (uint)8388607) != (uint)0) {
+                float v__78 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_31 = (((*(uint *)(&(v__78))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__79 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_31 = (*(uint *)(&(v__79)));
+            }
+            condval_30 = condval_31;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_30)));
+      }
+      for (int m_0_2_1 = 0; m_0_2_1 < 4; ++m_0_2_1) {
+        for (int n_0_2_1 = 0; n_0_2_1 < 2; ++n_0_2_1) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((33 <= K) && (33 <= K)) {
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
+    __syncthreads();
+    for (int k_0_1_2 = 0; k_0_1_2 < 4; ++k_0_1_2) {
+      for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
+            float v__80 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_32;
+          if (((*(uint *)(&(v__80))) & (uint)2139095040) != (uint)2139095040) {
+              float v__81 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_32 = (((*(uint *)(&(v__81))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__82 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_33;
+            if (((*(uint *)(&(v__82))) & (uint)8388607) != (uint)0) {
+                float v__83 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_33 = (((*(uint *)(&(v__83))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__84 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_33 = (*(uint *)(&(v__84)));
+            }
+            condval_32 = condval_33;
+          }
+        a_pad_shared_dyn_warp_ptr_1[(ax0_0_2 * 4)] = (*(float *)(&(condval_32)));
+            float v__85 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_34;
+          if (((*(uint *)(&(v__85))) & (uint)2139095040) != (uint)2139095040) {
+              float v__86 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_34 = (((*(uint *)(&(v__86))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__87 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_35;
+            if (((*(uint *)(&(v__87))) & (uint)8388607) != (uint)0) {
+                float v__88 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_35 = (((*(uint *)(&(v__88))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__89 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_35 = (*(uint *)(&(v__89)));
+            }
+            condval_34 = condval_35;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 1)] = (*(float *)(&(condval_34)));
+            float v__90 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_36;
+          if (((*(uint *)(&(v__90))) & (uint)2139095040) != (uint)2139095040) {
+              float v__91 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_36 = (((*(uint *)(&(v__91))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__92 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_37;
+            if (((*(uint *)(&(v__92))) & (uint)8388607) != (uint)0) {
+                float v__93 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_37 = (((*(uint *)(&(v__93))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__94 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_37 = (*(uint *)(&(v__94)));
+            }
+            condval_36 = condval_37;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 2)] = (*(float *)(&(condval_36)));
+            float v__95 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_38;
+          if (((*(uint *)(&(v__95))) & (uint)2139095040) != (uint)2139095040) {
+              float v__96 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_38 = (((*(uint *)(&(v__96))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__97 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_39;
+            if (((*(uint *)(&(v__97))) & (uint)8388607) != (uint)0) {
+                float v__98 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_39 = (((*(uint *)(&(v__98))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__99 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_39 = (*(uint *)(&(v__99)));
+            }
+            condval_38 = condval_39;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 3)] = (*(float *)(&(condval_38)));
+      }
+      for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
+            float v__100 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_40;
+          if (((*(uint *)(&(v__100))) & (uint)2139095040) != (uint)2139095040) {
+              float v__101 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_40 = (((*(uint *)(&(v__101))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__102 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_41;
+            if (((*(uint *)(&(v__102))) & (uint)8388607) != (uint)0) {
+                float v__103 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_41 = (((*(uint *)(&(v__103))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__104 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_41 = (*(uint *)(&(v__104)));
+            }
+            condval_40 = condval_41;
+          }
+        b_pad_shared_dyn_warp_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_40)));
+            float v__105 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_42;
+          if (((*(uint *)(&(v__105))) & (uint)2139095040) != (uint)2139095040) {
+              float v__106 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_42 = (((*(uint *)(&(v__106))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__107 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_43;
+            if (((*(uint *)(&(v__107))) & (uint)8388607) != (uint)0) {
+                float v__108 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_43 = (((*(uint *)(&(v__108))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__109 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_43 = (*(uint *)(&(v__109)));
+            }
+            condval_42 = condval_43;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_42)));
+            float v__110 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_44;
+          if (((*(uint *)(&(v__110))) & (uint)2139095040) != (uint)2139095040) {
+              float v__111 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_44 = (((*(uint *)(&(v__111))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__112 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_45;
+            if (((*(uint *)(&(v__112))) & (uint)8388607) != (uint)0) {
+                float v__113 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_45 = (((*(uint *)(&(v__113))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__114 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_45 = (*(uint *)(&(v__114)));
+            }
+            condval_44 = condval_45;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_44)));
+            float v__115 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_46;
+          if (((*(uint *)(&(v__115))) & (uint)2139095040) != (uint)2139095040) {
+              float v__116 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_46 = (((*(uint *)(&(v__116))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__117 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_47;
+            if (((*(uint *)(&(v__117))) & (uint)8388607) != (uint)0) {
+                float v__118 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_47 = (((*(uint *)(&(v__118))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__119 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_47 = (*(uint *)(&(v__119)));
+            }
+            condval_46 = condval_47;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_46)));
+      }
+      for (int m_0_2_2 = 0; m_0_2_2 < 4; ++m_0_2_2) {
+        for (int n_0_2_2 = 0; n_0_2_2 < 2; ++n_0_2_2) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((1 <= K) && (1 <= K)) {
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
+    __syncthreads();
+    for (int k_0_1_3 = 0; k_0_1_3 < 4; ++k_0_1_3) {
+      for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
+            float v__120 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_48;
+          if (((*(uint *)(&(v__120))) & (uint)2139095040) != (uint)2139095040) {
+              float v__121 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_48 = (((*(uint *)(&(v__121))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__122 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_49;
+            if (((*(uint *)(&(v__122))) & (uint)8388607) != (uint)0) {
+                float v__123 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_49 = (((*(uint *)(&(v__123))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__124 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_49 = (*(uint *)(&(v__124)));
+            }
+            condval_48 = condval_49;
+          }
+        a_pad_shared_dyn_warp_ptr_1[(ax0_0_3 * 4)] = (*(float *)(&(condval_48)));
+            float v__125 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_50;
+          if (((*(uint *)(&(v__125))) & (uint)2139095040) != (uint)2139095040) {
+              float v__126 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_50 = (((*(uint *)(&(v__126))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__127 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_51;
+            if (((*(uint *)(&(v__127))) & (uint)8388607) != (uint)0) {
+                float v__128 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_51 = (((*(uint *)(&(v__128))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__129 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_51 = (*(uint *)(&(v__129)));
+            }
+            condval_50 = condval_51;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 1)] = (*(float *)(&(condval_50)));
+            float v__130 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_52;
+          if (((*(uint *)(&(v__130))) & (uint)2139095040) != (uint)2139095040) {
+              float v__131 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_52 = (((*(uint *)(&(v__131))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__132 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_53;
+            if (((*(uint *)(&(v__132))) & (uint)8388607) != (uint)0) {
+                float v__133 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_53 = (((*(uint *)(&(v__133))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__134 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_53 = (*(uint *)(&(v__134)));
+            }
+            condval_52 = condval_53;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 2)] = (*(float *)(&(condval_52)));
+            float v__135 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_54;
+          if (((*(uint *)(&(v__135))) & (uint)2139095040) != (uint)2139095040) {
+              float v__136 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_54 = (((*(uint *)(&(v__136))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__137 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_55;
+            if (((*(uint *)(&(v__137))) & (uint)8388607) != (uint)0) {
+                float v__138 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_55 = (((*(uint *)(&(v__138))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__139 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_55 = (*(uint *)(&(v__139)));
+            }
+            condval_54 = condval_55;
+          }
+        a_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 3)] = (*(float *)(&(condval_54)));
+      }
+      for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
+            float v__140 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_56;
+          if (((*(uint *)(&(v__140))) & (uint)2139095040) != (uint)2139095040) {
+              float v__141 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_56 = (((*(uint *)(&(v__141))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__142 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_57;
+            if (((*(uint *)(&(v__142))) & (uint)8388607) != (uint)0) {
+                float v__143 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_57 = (((*(uint *)(&(v__143))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__144 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_57 = (*(uint *)(&(v__144)));
+            }
+            condval_56 = condval_57;
+          }
+        b_pad_shared_dyn_warp_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_56)));
+            float v__145 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_58;
+          if (((*(uint *)(&(v__145))) & (uint)2139095040) != (uint)2139095040) {
+              float v__146 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_58 = (((*(uint *)(&(v__146))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__147 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_59;
+            if (((*(uint *)(&(v__147))) & (uint)8388607) != (uint)0) {
+                float v__148 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_59 = (((*(uint *)(&(v__148))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__149 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_59 = (*(uint *)(&(v__149)));
+            }
+            condval_58 = condval_59;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_58)));
+            float v__150 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_60;
+          if (((*(uint *)(&(v__150))) & (uint)2139095040) != (uint)2139095040) {
+              float v__151 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_60 = (((*(uint *)(&(v__151))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__152 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_61;
+            if (((*(uint *)(&(v__152))) & (uint)8388607) != (uint)0) {
+                float v__153 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_61 = (((*(uint *)(&(v__153))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__154 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_61 = (*(uint *)(&(v__154)));
+            }
+            condval_60 = condval_61;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_60)));
+            float v__155 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_62;
+          if (((*(uint *)(&(v__155))) & (uint)2139095040) != (uint)2139095040) {
+              float v__156 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_62 = (((*(uint *)(&(v__156))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__157 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_63;
+            if (((*(uint *)(&(v__157))) & (uint)8388607) != (uint)0) {
+                float v__158 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_63 = (((*(uint *)(&(v__158))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__159 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_63 = (*(uint *)(&(v__159)));
+            }
+            condval_62 = condval_63;
+          }
+        b_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_62)));
+      }
+      for (int m_0_2_3 = 0; m_0_2_3 < 4; ++m_0_2_3) {
+        for (int n_0_2_3 = 0; n_0_2_3 < 2; ++n_0_2_3) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  __syncthreads();
+  for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+    for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
+      ((float*)buf_dyn_shmem_ptr)[(((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2))] = acc_pad_shared_dyn_warp_ptr[((ax0_0_4 * 16) + (ax1_0_4 * 8))];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 1)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1024)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 2)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1025)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 3)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 8)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 4)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 9)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 5)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1032)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 6)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1033)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 7)];
+    }
+  }
+  __syncthreads();
+  for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 64; ++ax0_ax1_fused_0_8) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < ((N >> 2) * 4))) {
+      c_v_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * (N >> 2)) * 4)) + ((int)threadIdx.x))] = ((((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_8 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + bias_ptr[(((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))]) + addend_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * addend_s0)) + ((int)threadIdx.x))]);
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias_kernel_1(float* __restrict__ a_ptr, float* __restrict__ addend_ptr, float* __restrict__ b_ptr, float* __restrict__ bias_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int addend_s0, int b_s0) {
+  extern __shared__ __align__(64) uchar buf_dyn_shmem_ptr[];
+  alignas(64) float acc_pad_shared_dyn_warp_1_ptr[64];
+  alignas(64) float a_pad_shared_dyn_warp_1_ptr[16];
+  alignas(64) float b_pad_shared_dyn_warp_1_ptr[8];
+  alignas(64) float a_pad_shared_dyn_warp_1_ptr_1[16];
+  alignas(64) float b_pad_shared_dyn_warp_1_ptr_1[256];
+  for (int m_0_2_init = 0; m_0_2_init < 4; ++m_0_2_init) {
+    for (int n_0_2_init = 0; n_0_2_init < 2; ++n_0_2_init) {
+      acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8))] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 1)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 2)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 3)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 4)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 5)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 6)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 7)] = 0x0p+0f/*0.000000e+00*/;
+    }
+  }
+  if (0 < K) {
+    for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 16; ++ax0_ax1_fused_0) {
+      float condval;
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) < M) && (((int)threadIdx.x) < K)) {
+        condval = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
+      } else {
+        condval = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 16896)] = condval;
+    }
+  }
+  if (0 < K) {
+    for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 16; ++ax0_ax1_fused_0_1) {
+      float condval_1;
+      if ((((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+        condval_1 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
+      } else {
+        condval_1 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_1 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] = condval_1;
+    }
+  }
+  if (32 < K) {
+    for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 16; ++ax0_ax1_fused_0_2) {
+      float condval_2;
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 32) < K)) {
+        condval_2 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
+      } else {
+        condval_2 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_2 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 21504)] = condval_2;
+    }
+  }
+  if (32 < K) {
+    for (int ax0_ax1_fused_0_3 = 0; ax0_ax1_fused_0_3 < 16; ++ax0_ax1_fused_0_3) {
+      float condval_3;
+      if (((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+        condval_3 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
+      } else {
+        condval_3 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_3 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) + 4224)] = condval_3;
+    }
+  }
+  if (64 < K) {
+    for (int ax0_ax1_fused_0_4 = 0; ax0_ax1_fused_0_4 < 16; ++ax0_ax1_fused_0_4) {
+      float condval_4;
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 64) < K)) {
+        condval_4 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
+      } else {
+        condval_4 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_4 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 26112)] = condval_4;
+    }
+  }
+  if (64 < K) {
+    for (int ax0_ax1_fused_0_5 = 0; ax0_ax1_fused_0_5 < 16; ++ax0_ax1_fused_0_5) {
+      float condval_5;
+      if (((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+        condval_5 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
+      } else {
+        condval_5 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_5 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) + 8448)] = condval_5;
+    }
+  }
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
+    __syncthreads();
+    for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 16; ++ax0_ax1_fused_0_6) {
+      float condval_6;
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) < M) && ((((k_0_0 * 32) + ((int)threadIdx.x)) + 96) < K)) {
+        condval_6 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
+      } else {
+        condval_6 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 3) & 3) * 4608) + (ax0_ax1_fused_0_6 * 288)) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 16896)] = condval_6;
+    }
+    for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 16; ++ax0_ax1_fused_0_7) {
+      float condval_7;
+      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+        condval_7 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+      } else {
+        condval_7 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 3) & 3) * 4224) + (ax0_ax1_fused_0_7 * 264)) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] = condval_7;
+    }
+    __syncthreads();
+    for (int k_0_1 = 0; k_0_1 < 4; ++k_0_1) {
+      for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
+            float v_ = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_8;
+          if (((*(uint *)(&(v_))) & (uint)2139095040) != (uint)2139095040) {
+              float v__1 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_8 = (((*(uint *)(&(v__1))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__2 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_9;
+            if (((*(uint *)(&(v__2))) & (uint)8388607) != (uint)0) {
+                float v__3 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_9 = (((*(uint *)(&(v__3))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__4 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_9 = (*(uint *)(&(v__4)));
+            }
+            condval_8 = condval_9;
+          }
+        a_pad_shared_dyn_warp_1_ptr[(ax0_0 * 4)] = (*(float *)(&(condval_8)));
+            float v__5 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_10;
+          if (((*(uint *)(&(v__5))) & (uint)2139095040) != (uint)2139095040) {
+              float v__6 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_10 = (((*(uint *)(&(v__6))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__7 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_11;
+            if (((*(uint *)(&(v__7))) & (uint)8388607) != (uint)0) {
+                float v__8 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_11 = (((*(uint *)(&(v__8))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__9 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_11 = (*(uint *)(&(v__9)));
+            }
+            condval_10 = condval_11;
+          }
+        a_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 1)] = (*(float *)(&(condval_10)));
+            float v__10 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_12;
+          if (((*(uint *)(&(v__10))) & (uint)2139095040) != (uint)2139095040) {
+              float v__11 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_12 = (((*(uint *)(&(v__11))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__12 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_13;
+            if (((*(uint *)(&(v__12))) & (uint)8388607) != (uint)0) {
+                float v__13 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_13 = (((*(uint *)(&(v__13))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__14 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_13 = (*(uint *)(&(v__14)));
+            }
+            condval_12 = condval_13;
+          }
+        a_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 2)] = (*(float *)(&(condval_12)));
+            float v__15 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_14;
+          if (((*(uint *)(&(v__15))) & (uint)2139095040) != (uint)2139095040) {
+              float v__16 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_14 = (((*(uint *)(&(v__16))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__17 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_15;
+            if (((*(uint *)(&(v__17))) & (uint)8388607) != (uint)0) {
+                float v__18 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_15 = (((*(uint *)(&(v__18))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__19 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_15 = (*(uint *)(&(v__19)));
+            }
+            condval_14 = condval_15;
+          }
+        a_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 3)] = (*(float *)(&(condval_14)));
+      }
+      for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
+            float v__20 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_16;
+          if (((*(uint *)(&(v__20))) & (uint)2139095040) != (uint)2139095040) {
+              float v__21 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_16 = (((*(uint *)(&(v__21))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__22 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_17;
+            if (((*(uint *)(&(v__22))) & (uint)8388607) != (uint)0) {
+                float v__23 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_17 = (((*(uint *)(&(v__23))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__24 = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_17 = (*(uint *)(&(v__24)));
+            }
+            condval_16 = condval_17;
+          }
+        b_pad_shared_dyn_warp_1_ptr[(ax1_0 * 4)] = (*(float *)(&(condval_16)));
+            float v__25 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_18;
+          if (((*(uint *)(&(v__25))) & (uint)2139095040) != (uint)2139095040) {
+              float v__26 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_18 = (((*(uint *)(&(v__26))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__27 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_19;
+            if (((*(uint *)(&(v__27))) & (uint)8388607) != (uint)0) {
+                float v__28 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_19 = (((*(uint *)(&(v__28))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__29 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_19 = (*(uint *)(&(v__29)));
+            }
+            condval_18 = condval_19;
+          }
+        b_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 1)] = (*(float *)(&(condval_18)));
+            float v__30 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_20;
+          if (((*(uint *)(&(v__30))) & (uint)2139095040) != (uint)2139095040) {
+              float v__31 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_20 = (((*(uint *)(&(v__31))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__32 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_21;
+            if (((*(uint *)(&(v__32))) & (uint)8388607) != (uint)0) {
+                float v__33 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_21 = (((*(uint *)(&(v__33))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__34 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_21 = (*(uint *)(&(v__34)));
+            }
+            condval_20 = condval_21;
+          }
+        b_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 2)] = (*(float *)(&(condval_20)));
+            float v__35 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_22;
+          if (((*(uint *)(&(v__35))) & (uint)2139095040) != (uint)2139095040) {
+              float v__36 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_22 = (((*(uint *)(&(v__36))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__37 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_23;
+            if (((*(uint *)(&(v__37))) & (uint)8388607) != (uint)0) {
+                float v__38 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_23 = (((*(uint *)(&(v__38))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__39 = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_23 = (*(uint *)(&(v__39)));
+            }
+            condval_22 = condval_23;
+          }
+        b_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 3)] = (*(float *)(&(condval_22)));
+      }
+      for (int m_0_2 = 0; m_0_2 < 4; ++m_0_2) {
+        for (int n_0_2 = 0; n_0_2 < 2; ++n_0_2) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + (n_0_2 * 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + (n_0_2 * 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + ((n_0_2 * 4) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr + ((n_0_2 * 4) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((65 <= K) && (65 <= K)) {
+    for (int k_0_1_1 = 0; k_0_1_1 < 4; ++k_0_1_1) {
+      for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
+            float v__40 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_24;
+          if (((*(uint *)(&(v__40))) & (uint)2139095040) != (uint)2139095040) {
+              float v__41 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_24 = (((*(uint *)(&(v__41))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__42 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_25;
+            if (((*(uint *)(&(v__42))) & (uint)8388607) != (uint)0) {
+                float v__43 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_25 = (((*(uint *)(&(v__43))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__44 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_25 = (*(uint *)(&(v__44)));
+            }
+            condval_24 = condval_25;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[(ax0_0_1 * 4)] = (*(float *)(&(condval_24)));
+            float v__45 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_26;
+          if (((*(uint *)(&(v__45))) & (uint)2139095040) != (uint)2139095040) {
+              float v__46 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_26 = (((*(uint *)(&(v__46))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__47 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_27;
+            if (((*(uint *)(&(v__47))) & (uint)8388607) != (uint)0) {
+                float v__48 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_27 = (((*(uint *)(&(v__48))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__49 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_27 = (*(uint *)(&(v__49)));
+            }
+            condval_26 = condval_27;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 1)] = (*(float *)(&(condval_26)));
+            float v__50 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_28;
+          if (((*(uint *)(&(v__50))) & (uint)2139095040) != (uint)2139095040) {
+              float v__51 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_28 = (((*(uint *)(&(v__51))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__52 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_29;
+            if (((*(uint *)(&(v__52))) & (uint)8388607) != (uint)0) {
+                float v__53 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_29 = (((*(uint *)(&(v__53))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__54 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_29 = (*(uint *)(&(v__54)));
+            }
+            condval_28 = condval_29;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 2)] = (*(float *)(&(condval_28)));
+            float v__55 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_30;
+          if (((*(uint *)(&(v__55))) & (uint)2139095040) != (uint)2139095040) {
+              float v__56 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_30 = (((*(uint *)(&(v__56))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__57 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_31;
+            if (((*(uint *)(&(v__57))) & (uint)8388607) != (uint)0) {
+                float v__58 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_31 = (((*(uint *)(&(v__58))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__59 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_31 = (*(uint *)(&(v__59)));
+            }
+            condval_30 = condval_31;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 3)] = (*(float *)(&(condval_30)));
+      }
+      for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
+            float v__60 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_32;
+          if (((*(uint *)(&(v__60))) & (uint)2139095040) != (uint)2139095040) {
+              float v__61 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_32 = (((*(uint *)(&(v__61))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__62 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_33;
+            if (((*(uint *)(&(v__62))) & (uint)8388607) != (uint)0) {
+                float v__63 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_33 = (((*(uint *)(&(v__63))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__64 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_33 = (*(uint *)(&(v__64)));
+            }
+            condval_32 = condval_33;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_32)));
+            float v__65 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_34;
+          if (((*(uint *)(&(v__65))) & (uint)2139095040) != (uint)2139095040) {
+              float v__66 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_34 = (((*(uint *)(&(v__66))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__67 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_35;
+            if (((*(uint *)(&(v__67))) & (uint)8388607) != (uint)0) {
+                float v__68 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_35 = (((*(uint *)(&(v__68))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__69 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_35 = (*(uint *)(&(v__69)));
+            }
+            condval_34 = condval_35;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_34)));
+            float v__70 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_36;
+          if (((*(uint *)(&(v__70))) & (uint)2139095040) != (uint)2139095040) {
+              float v__71 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_36 = (((*(uint *)(&(v__71))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__72 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_37;
+            if (((*(uint *)(&(v__72))) & (uint)8388607) != (uint)0) {
+                float v__73 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_37 = (((*(uint *)(&(v__73))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__74 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_37 = (*(uint *)(&(v__74)));
+            }
+            condval_36 = condval_37;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_36)));
+            float v__75 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_38;
+          if (((*(uint *)(&(v__75))) & (uint)2139095040) != (uint)2139095040) {
+              float v__76 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_38 = (((*(uint *)(&(v__76))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__77 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_39;
+            if (((*(uint *)(&(v__77))) & (uint)8388607) != (uint)0) {
+                float v__78 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_39 = (((*(uint *)(&(v__78))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__79 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_39 = (*(uint *)(&(v__79)));
+            }
+            condval_38 = condval_39;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_38)));
+      }
+      for (int m_0_2_1 = 0; m_0_2_1 < 4; ++m_0_2_1) {
+        for (int n_0_2_1 = 0; n_0_2_1 < 2; ++n_0_2_1) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((33 <= K) && (33 <= K)) {
+    for (int k_0_1_2 = 0; k_0_1_2 < 4; ++k_0_1_2) {
+      for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
+            float v__80 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_40;
+          if (((*(uint *)(&(v__80))) & (uint)2139095040) != (uint)2139095040) {
+              float v__81 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_40 = (((*(uint *)(&(v__81))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__82 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_41;
+            if (((*(uint *)(&(v__82))) & (uint)8388607) != (uint)0) {
+                float v__83 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_41 = (((*(uint *)(&(v__83))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__84 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_41 = (*(uint *)(&(v__84)));
+            }
+            condval_40 = condval_41;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[(ax0_0_2 * 4)] = (*(float *)(&(condval_40)));
+            float v__85 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_42;
+          if (((*(uint *)(&(v__85))) & (uint)2139095040) != (uint)2139095040) {
+              float v__86 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_42 = (((*(uint *)(&(v__86))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__87 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_43;
+            if (((*(uint *)(&(v__87))) & (uint)8388607) != (uint)0) {
+                float v__88 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_43 = (((*(uint *)(&(v__88))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__89 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_43 = (*(uint *)(&(v__89)));
+            }
+            condval_42 = condval_43;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 1)] = (*(float *)(&(condval_42)));
+            float v__90 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_44;
+          if (((*(uint *)(&(v__90))) & (uint)2139095040) != (uint)2139095040) {
+              float v__91 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_44 = (((*(uint *)(&(v__91))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__92 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_45;
+            if (((*(uint *)(&(v__92))) & (uint)8388607) != (uint)0) {
+                float v__93 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_45 = (((*(uint *)(&(v__93))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__94 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_45 = (*(uint *)(&(v__94)));
+            }
+            condval_44 = condval_45;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 2)] = (*(float *)(&(condval_44)));
+            float v__95 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_46;
+          if (((*(uint *)(&(v__95))) & (uint)2139095040) != (uint)2139095040) {
+              float v__96 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_46 = (((*(uint *)(&(v__96))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__97 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_47;
+            if (((*(uint *)(&(v__97))) & (uint)8388607) != (uint)0) {
+                float v__98 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_47 = (((*(uint *)(&(v__98))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__99 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_47 = (*(uint *)(&(v__99)));
+            }
+            condval_46 = condval_47;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 3)] = (*(float *)(&(condval_46)));
+      }
+      for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
+            float v__100 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_48;
+          if (((*(uint *)(&(v__100))) & (uint)2139095040) != (uint)2139095040) {
+              float v__101 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_48 = (((*(uint *)(&(v__101))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__102 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_49;
+            if (((*(uint *)(&(v__102))) & (uint)8388607) != (uint)0) {
+                float v__103 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_49 = (((*(uint *)(&(v__103))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__104 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_49 = (*(uint *)(&(v__104)));
+            }
+            condval_48 = condval_49;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_48)));
+            float v__105 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_50;
+          if (((*(uint *)(&(v__105))) & (uint)2139095040) != (uint)2139095040) {
+              float v__106 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_50 = (((*(uint *)(&(v__106))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__107 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_51;
+            if (((*(uint *)(&(v__107))) & (uint)8388607) != (uint)0) {
+                float v__108 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_51 = (((*(uint *)(&(v__108))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__109 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_51 = (*(uint *)(&(v__109)));
+            }
+            condval_50 = condval_51;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_50)));
+            float v__110 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_52;
+          if (((*(uint *)(&(v__110))) & (uint)2139095040) != (uint)2139095040) {
+              float v__111 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_52 = (((*(uint *)(&(v__111))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__112 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_53;
+            if (((*(uint *)(&(v__112))) & (uint)8388607) != (uint)0) {
+                float v__113 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_53 = (((*(uint *)(&(v__113))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__114 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_53 = (*(uint *)(&(v__114)));
+            }
+            condval_52 = condval_53;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_52)));
+            float v__115 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_54;
+          if (((*(uint *)(&(v__115))) & (uint)2139095040) != (uint)2139095040) {
+              float v__116 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_54 = (((*(uint *)(&(v__116))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__117 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_55;
+            if (((*(uint *)(&(v__117))) & (uint)8388607) != (uint)0) {
+                float v__118 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_55 = (((*(uint *)(&(v__118))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__119 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_55 = (*(uint *)(&(v__119)));
+            }
+            condval_54 = condval_55;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_54)));
+      }
+      for (int m_0_2_2 = 0; m_0_2_2 < 4; ++m_0_2_2) {
+        for (int n_0_2_2 = 0; n_0_2_2 < 2; ++n_0_2_2) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((1 <= K) && (1 <= K)) {
+    for (int k_0_1_3 = 0; k_0_1_3 < 4; ++k_0_1_3) {
+      for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
+            float v__120 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+          uint condval_56;
+          if (((*(uint *)(&(v__120))) & (uint)2139095040) != (uint)2139095040) {
+              float v__121 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            condval_56 = (((*(uint *)(&(v__121))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__122 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+            uint condval_57;
+            if (((*(uint *)(&(v__122))) & (uint)8388607) != (uint)0) {
+                float v__123 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_57 = (((*(uint *)(&(v__123))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__124 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+              condval_57 = (*(uint *)(&(v__124)));
+            }
+            condval_56 = condval_57;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[(ax0_0_3 * 4)] = (*(float *)(&(condval_56)));
+            float v__125 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+          uint condval_58;
+          if (((*(uint *)(&(v__125))) & (uint)2139095040) != (uint)2139095040) {
+              float v__126 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            condval_58 = (((*(uint *)(&(v__126))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__127 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+            uint condval_59;
+            if (((*(uint *)(&(v__127))) & (uint)8388607) != (uint)0) {
+                float v__128 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_59 = (((*(uint *)(&(v__128))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__129 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+              condval_59 = (*(uint *)(&(v__129)));
+            }
+            condval_58 = condval_59;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 1)] = (*(float *)(&(condval_58)));
+            float v__130 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+          uint condval_60;
+          if (((*(uint *)(&(v__130))) & (uint)2139095040) != (uint)2139095040) {
+              float v__131 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            condval_60 = (((*(uint *)(&(v__131))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__132 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+            uint condval_61;
+            if (((*(uint *)(&(v__132))) & (uint)8388607) != (uint)0) {
+                float v__133 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_61 = (((*(uint *)(&(v__133))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__134 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+              condval_61 = (*(uint *)(&(v__134)));
+            }
+            condval_60 = condval_61;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 2)] = (*(float *)(&(condval_60)));
+            float v__135 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+          uint condval_62;
+          if (((*(uint *)(&(v__135))) & (uint)2139095040) != (uint)2139095040) {
+              float v__136 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            condval_62 = (((*(uint *)(&(v__136))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__137 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+            uint condval_63;
+            if (((*(uint *)(&(v__137))) & (uint)8388607) != (uint)0) {
+                float v__138 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_63 = (((*(uint *)(&(v__138))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__139 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
+              condval_63 = (*(uint *)(&(v__139)));
+            }
+            condval_62 = condval_63;
+          }
+        a_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 3)] = (*(float *)(&(condval_62)));
+      }
+      for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
+            float v__140 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+          uint condval_64;
+          if (((*(uint *)(&(v__140))) & (uint)2139095040) != (uint)2139095040) {
+              float v__141 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+            condval_64 = (((*(uint *)(&(v__141))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__142 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+            uint condval_65;
+            if (((*(uint *)(&(v__142))) & (uint)8388607) != (uint)0) {
+                float v__143 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_65 = (((*(uint *)(&(v__143))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__144 = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+              condval_65 = (*(uint *)(&(v__144)));
+            }
+            condval_64 = condval_65;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = (*(float *)(&(condval_64)));
+            float v__145 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+          uint condval_66;
+          if (((*(uint *)(&(v__145))) & (uint)2139095040) != (uint)2139095040) {
+              float v__146 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            condval_66 = (((*(uint *)(&(v__146))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__147 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+            uint condval_67;
+            if (((*(uint *)(&(v__147))) & (uint)8388607) != (uint)0) {
+                float v__148 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_67 = (((*(uint *)(&(v__148))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__149 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+              condval_67 = (*(uint *)(&(v__149)));
+            }
+            condval_66 = condval_67;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = (*(float *)(&(condval_66)));
+            float v__150 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+          uint condval_68;
+          if (((*(uint *)(&(v__150))) & (uint)2139095040) != (uint)2139095040) {
+              float v__151 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            condval_68 = (((*(uint *)(&(v__151))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__152 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+            uint condval_69;
+            if (((*(uint *)(&(v__152))) & (uint)8388607) != (uint)0) {
+                float v__153 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_69 = (((*(uint *)(&(v__153))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__154 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+              condval_69 = (*(uint *)(&(v__154)));
+            }
+            condval_68 = condval_69;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = (*(float *)(&(condval_68)));
+            float v__155 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+          uint condval_70;
+          if (((*(uint *)(&(v__155))) & (uint)2139095040) != (uint)2139095040) {
+              float v__156 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            condval_70 = (((*(uint *)(&(v__156))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__157 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+            uint condval_71;
+            if (((*(uint *)(&(v__157))) & (uint)8388607) != (uint)0) {
+                float v__158 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_71 = (((*(uint *)(&(v__158))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__159 = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+              condval_71 = (*(uint *)(&(v__159)));
+            }
+            condval_70 = condval_71;
+          }
+        b_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = (*(float *)(&(condval_70)));
+      }
+      for (int m_0_2_3 = 0; m_0_2_3 < 4; ++m_0_2_3) {
+        for (int n_0_2_3 = 0; n_0_2_3 < 2; ++n_0_2_3) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  __syncthreads();
+  for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+    for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
+      ((float*)buf_dyn_shmem_ptr)[(((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2))] = acc_pad_shared_dyn_warp_1_ptr[((ax0_0_4 * 16) + (ax1_0_4 * 8))];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 1)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1024)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 2)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1025)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 3)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 8)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 4)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 9)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 5)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1032)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 6)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1033)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 7)];
+    }
+  }
+  __syncthreads();
+  for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 64; ++ax0_ax1_fused_0_8) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+      c_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * N)) + ((int)threadIdx.x))] = ((((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_8 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + bias_ptr[(((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))]) + addend_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * addend_s0)) + ((int)threadIdx.x))]);
     }
   }
 }

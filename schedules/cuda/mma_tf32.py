@@ -17,12 +17,15 @@ group) and t = lane % 4 (the thread in the group):
     C (16 x 8):       c0 (g, 2t) c1 (g, 2t+1) c2 (g+8, 2t) c3 (g+8, 2t+1)  per half
 
 The index maps below say the same as (row, column) -> (lane, register);
-tests/test_cuda_target.py checks them against that table written out
+tests/test_cuda_matmul.py checks them against that table written out
 element by element, and that the two are inverse to the loads and stores.
 
-The inputs must already be TF32 values (the GEMM's definition rounds them
-where the shared tiles are loaded): the instruction ignores the low 13
-mantissa bits, so an unrounded float32 would be truncated instead.
+The product's description rounds its A and B operands to TF32 as the GEMM's definition does
+(``te_defs.matmul.tf32_expr``, PTX's cvt.rna; the GEMM's schedule inlines the definition's rounding
+into the product, so its shared tiles are plain copies of A and B, for cp.async).  The instruction
+itself ignores the low 13 mantissa bits (it would truncate), so the loads into the fragments round:
+load_a and load_b are described as copies but store the rounded value, which the product's rounding
+then leaves as it is (rounding a TF32 value changes nothing).  Nothing else reads the fragments.
 """
 from __future__ import annotations
 
@@ -30,6 +33,8 @@ import functools
 
 from tvm.s_tir import TensorIntrin
 from tvm.script import tirx as T
+
+from ...te_defs.matmul import tf32_expr
 
 WARP = 32
 M, N, K = 16, 16, 8  # one intrinsic product: two m16n8k8 instructions side by side
@@ -98,7 +103,7 @@ def _move(rows: int, cols: int, regs: int, index, element, tile_scope: str, into
                 for reg in T.unroll(regs):
                     r, c = T.meta_var(element(lane, reg))
                     if into_warp:
-                        frag[lane, reg] = tile[r, c]
+                        frag[lane, reg] = tf32_expr(tile[r, c])
                     else:
                         tile[r, c] = frag[lane, reg]
 
@@ -120,7 +125,7 @@ def _mma():
                     lc, rc = T.meta_var(c_index(vi, vj))
                     la, ra = T.meta_var(a_index(vi, vk))
                     lb, rb = T.meta_var(b_index(vk, vj))
-                    C[lc, rc] = C[lc, rc] + A[la, ra] * B[lb, rb]
+                    C[lc, rc] = C[lc, rc] + tf32_expr(A[la, ra]) * tf32_expr(B[lb, rb])
 
     @T.prim_func(s_tir=True)
     def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
@@ -172,10 +177,10 @@ def _fill():
 def intrinsics() -> dict[str, str]:
     """Register the TF32 intrinsics once; their names: load_a, load_b (from shared memory), compute,
     fill, store (to shared memory)."""
-    made = {"load_a": _move(M, K, A_REGS, a_index, a_element, "shared", into_warp=True),
-            "load_b": _move(K, N, B_REGS, b_index, b_element, "shared", into_warp=True),
+    made = {"load_a": _move(M, K, A_REGS, a_index, a_element, "shared.dyn", into_warp=True),
+            "load_b": _move(K, N, B_REGS, b_index, b_element, "shared.dyn", into_warp=True),
             "compute": _mma(), "fill": _fill(),
-            "store": _move(M, N, C_REGS, c_index, c_element, "shared", into_warp=False)}
+            "store": _move(M, N, C_REGS, c_index, c_element, "shared.dyn", into_warp=False)}
     names = {}
     for key, (desc, impl) in made.items():
         names[key] = f"fusedgrad_mma_m16n16k8_tf32_{key}"
