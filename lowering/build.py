@@ -193,10 +193,13 @@ def build(op_name: str, target_name: str, dtype: str, out_dir: str | os.PathLike
 
 def _launch_facts(func) -> dict:
     """What a loader needs of a kernel's launch that the library cannot tell it: a persistent kernel's
-    hidden units per block (``fusedgrad.grid_units``, set by its rule), from which the loader finds
-    its grid and checks that the device holds it at once."""
-    units = func.attrs.get("fusedgrad.grid_units") if func.attrs is not None else None
-    return {} if units is None else {"grid_units": int(units)}
+    hidden units per block (``fusedgrad.grid_units``) and how its launch's dynamic shared memory
+    follows H (``fusedgrad.dynamic_shared``, ``lowering.cuda.dynamic_shared_bytes``), both set by its
+    rule, from which the loader finds its grid and checks that the device holds it at once."""
+    attrs = func.attrs if func.attrs is not None else {}
+    units, dynamic = attrs.get("fusedgrad.grid_units"), attrs.get("fusedgrad.dynamic_shared")
+    return {**({} if units is None else {"grid_units": int(units)}),
+            **({} if dynamic is None else {"dynamic_shared": {str(k): int(v) for k, v in dynamic.items()}})}
 
 
 def _tuning_entry(op_name: str, target_name: str, dtype: str) -> dict | None:

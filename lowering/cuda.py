@@ -139,6 +139,16 @@ def persistent_grid(blocks: int, arch: str, sm_count: int, threads: int, registe
     return blocks
 
 
+def dynamic_shared_bytes(record: dict, H: int) -> int:
+    """The dynamic shared memory a launch of a persistent layer kernel asks for at hidden size ``H``,
+    from its manifest ``record`` (the rule's ``dynamic_shared``, what TVM's host code computes from H):
+    ``bytes_per_h`` x H where that is at most ``up_to`` (W_hh's slice on chip), else ``else``."""
+    if isinstance(H, bool) or not isinstance(H, int) or H < 0:
+        raise ValueError(f"H: expected a non-negative int, got {H!r}")
+    on_chip = record["bytes_per_h"] * H
+    return on_chip if on_chip <= record["up_to"] else record["else"]
+
+
 def check_persistent_launch(entry, symbol: str, blocks: int, capability: tuple[int, int], sm_count: int,
                             dynamic_shared_bytes: int = 0) -> int:
     """The grid of ``blocks`` for the persistent kernel of entry point ``symbol`` of the artifact whose

@@ -43,23 +43,27 @@ def kernel(op: str, target: str = "llvm", dtype: str = "float32", **variant: boo
 
 def _co_resident(func, entry, symbol: str):
     """``func`` refusing a launch whose grid (a block per ``grid_units`` hidden units, as the manifest
-    records for the kernel; H from w_hh, the second argument) the tensors' GPU cannot hold at once (a
+    records for the kernel; H from w_hh, the second argument), each block with the launch's dynamic
+    shared memory at that H (the manifest's ``dynamic_shared``), the tensors' GPU cannot hold at once (a
     grid barrier would wait forever).  Nothing here needs TVM's compiler: the GPU machine has none."""
     import torch
 
     from ..lowering import cuda
 
     (record,) = [k for k in entry["kernels"] if k["symbol"] == symbol]
-    if "grid_units" not in record:
-        raise ValueError(f"{symbol}: expected the manifest to record the persistent kernel's grid_units; the "
-                         f"artifact {entry.get('library')} predates it: build it again")
+    missing = [k for k in ("grid_units", "dynamic_shared") if k not in record]
+    if missing:
+        raise ValueError(f"{symbol}: expected the manifest to record the persistent kernel's {' and '.join(missing)}; "
+                         f"the artifact {entry.get('library')} predates it: build it again")
     units = int(record["grid_units"])
 
     def call(*args):
         w_hh = args[1]
+        H = int(w_hh.shape[1])
         props = torch.cuda.get_device_properties(w_hh.device)
-        cuda.check_persistent_launch(entry, symbol, -(-int(w_hh.shape[1]) // units), (props.major, props.minor),
-                                     props.multi_processor_count)
+        cuda.check_persistent_launch(entry, symbol, -(-H // units), (props.major, props.minor),
+                                     props.multi_processor_count,
+                                     cuda.dynamic_shared_bytes(record["dynamic_shared"], H))
         return func(*args)
     return call
 

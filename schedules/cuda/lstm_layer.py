@@ -9,8 +9,12 @@ from), as the CPU rule (``schedules/llvm/lstm_layer.py``) does for its thread te
   chunk ``bx`` (the grid is ceil(H / UNITS) blocks) for the whole launch: its units' W_hh rows (all
   four gates, all H columns; in the backward the matching columns, for dh = dgates·W_hh) are copied
   once into shared memory, and its units' state (c in ``cy``; dh, dc in ``dh0``, ``dc0``) stays with it.
-  Where the slice does not fit the target's shared memory (4·UNITS·H floats above
-  ``max_shared_memory_per_block``), the same sums read W_hh from global memory instead.
+  The slice is the launch's dynamic shared memory (``shared.dyn``), 4·UNITS·H values in the storage
+  dtype, which TVM's host code computes from H; where it is more than the opt-in shared memory a block
+  has on every architecture built (``_util.optin_shared_bytes``: 163 KB with sm_80 and sm_90, so
+  float32 to H = 2608 at UNITS 4), the launch asks for one value and the same sums read W_hh from
+  global memory instead.  Every block must be resident at once with that shared memory
+  (``lowering.cuda.check_persistent_launch``, which the full LSTM calls before a launch).
 - A block's threads are ROW_SLOTS x UNITS: thread (br, u) owns unit u of the chunk for the rows
   br, br + ROW_SLOTS, ... of the batch, so a warp's shared-memory reads of W_hh are consecutive units
   (no bank conflicts) and the threads of one unit read the same h (a broadcast).
@@ -28,7 +32,8 @@ The grid barrier is ``fg_grid_sync(blocks)``, a device function the CUDA build p
 generated source (``lowering.cuda.GRID_SYNC``): a counter that returns to zero at every barrier
 and a generation that only grows, so it is correct across repeated launches without a reset.  Every
 block must be resident at once: ``lowering.cuda.persistent_grid`` checks the grid against the
-device's SMs and the kernel's occupancy before a launch and refuses one that is not.
+device's SMs and the kernel's occupancy (its launch's dynamic shared memory included) before a launch
+and refuses one that is not.
 
 In host emulation (a CPU target: the tests; CI has no GPU) the block and thread bindings are loops
 and the grid barrier is the end of a phase: every phase of a step runs for every block and thread
@@ -40,7 +45,7 @@ from __future__ import annotations
 
 import contextlib
 
-from tvm import tirx
+from tvm import DataType, tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
@@ -49,12 +54,11 @@ from ...te_defs import _lstm_layer as L
 from ...te_defs import _tir
 from ...te_defs._tir import loop, store
 from .. import ScheduleRule, tir_api
-from ._util import on_gpu
+from ._util import on_gpu, optin_shared_bytes
 
 G = len(L.GATES)
 C, TANHC = L.SCRATCH.index("c"), L.SCRATCH.index("tanhc")
 GRID_SYNC = "fg_grid_sync"  # the grid barrier's device function (lowering.cuda.GRID_SYNC defines it)
-ACC_BYTES = 4  # W_hh's shared copy is float32, whatever the storage dtype (the arithmetic's type)
 
 
 def _cuda_attr(target, name: str) -> int:
@@ -178,54 +182,70 @@ class _Layer(ScheduleRule):
                              f"that UNITS={units} divides, got {threads}")
         return units, threads, threads // units
 
-    def shared_capacity(self, target) -> int:
-        """float32 values of the W_hh slice a block keeps in shared memory: the target's whole
-        static shared memory a block (``max_shared_memory_per_block``)."""
-        return _cuda_attr(target, "max_shared_memory_per_block") // ACC_BYTES
+    def shared_capacity(self, target, dtype: str = L.DTYPE) -> int:
+        """Values of W_hh's slice (in ``dtype``, the storage dtype it is kept in) a block may keep in
+        shared memory: the opt-in shared memory a block has on every architecture built
+        (``_util.optin_shared_bytes``), all of it the launch's dynamic shared memory (the kernels
+        declare no static shared memory: ptxas counts none, which the nvcc test checks)."""
+        return optin_shared_bytes(target) // (DataType(dtype).bits // 8)
+
+    def dynamic_shared(self, target, dtype: str) -> dict:
+        """What a launch's dynamic shared memory is at hidden size H (``lowering.cuda.dynamic_shared_bytes``
+        evaluates it; TVM's host code computes the same from H): the block's W_hh slice, ``bytes_per_h``
+        x H (4 gates x UNITS units x H values of ``dtype``), up to ``up_to`` bytes (``shared_capacity``),
+        else one value, ``else`` bytes (the sums then read W_hh from global memory)."""
+        size = DataType(dtype).bits // 8
+        return {"bytes_per_h": G * self.shape(target)[0] * size, "up_to": self.shared_capacity(target, dtype) * size,
+                "else": size}
 
     def apply(self, func, target):
         if tir_api.op_name(func) != self.op:
             return None
-        built = self.build(_variant(func), target).with_attr("fusedgrad.variant", func.attrs["fusedgrad.variant"])
-        # the loader's co-residency check finds the grid (ceil(H / units) blocks) from this, in the manifest
-        built = built.with_attr("fusedgrad.grid_units", self.shape(target)[0])
+        (dtype,) = {str(p.dtype) for p in func.params if getattr(p, "name", None) == "w_hh"}
+        built = (self.build(_variant(func), target, dtype).with_attr("fusedgrad.variant", func.attrs["fusedgrad.variant"])
+                 .with_attr(tir_api.WHOLE_ATTR, True))  # every buffer allocated at the size it is used
+        # the loader's co-residency check finds the grid (ceil(H / units) blocks) and a launch's dynamic
+        # shared memory from these, in the manifest
+        built = built.with_attr("fusedgrad.grid_units", self.shape(target)[0]).with_attr(
+            "fusedgrad.dynamic_shared", self.dynamic_shared(target, dtype))
         for key in (tir_api.OP_ATTR, "global_symbol"):
             built = built.with_attr(key, func.attrs[key])
         return tir_api.schedule(built)
 
-    def _slice(self, grid, target, H, nch, U, weight):
-        """The block's W_hh slice in shared memory (one row per block on the host): (buffer, fits,
-        index(bx, k, u, x)); ``weight(k, j, x)`` is the global element the slice holds for gate k of the
-        block's unit j at position x (W_hh's column x in the forward, row x in the backward)."""
-        cap = self.shared_capacity(target)
+    def _slice(self, grid, target, H, nch, U, weight, dtype):
+        """The block's W_hh slice in shared memory, in the storage ``dtype`` (one row per block on the
+        host): (buffer, fits, index(bx, k, u, x)); ``weight(k, j, x)`` is the global element the slice
+        holds for gate k of the block's unit j at position x (W_hh's column x in the forward, row x in
+        the backward).  On the GPU the buffer is ``shared.dyn`` of the slice's size where it fits
+        ``shared_capacity``, else of one value: TVM's host code computes that size from H and passes it
+        as the launch's dynamic shared memory (its CUDA runtime raises the kernel's limit past 48 KiB)."""
+        values = G * U * H
+        fits = values <= self.shared_capacity(target, dtype)
+        size = tirx.if_then_else(fits, values, 1)
         if grid.gpu:
-            wsh = _tir.local("w_shared", (cap,), L.ACC, scope="shared")
+            wsh = _tir.local("w_shared", (size,), dtype, scope="shared.dyn")
         else:
-            wsh = _tir.local("w_shared", (nch * cap,), L.ACC)
-        fits = _tir.let("fits", G * U * H <= cap)
+            wsh = _tir.local("w_shared", (nch * size,), dtype)
 
         def index(bx, k, u, x):
             flat = (x * G + k) * U + u
-            return flat if grid.gpu else bx * cap + flat
+            return flat if grid.gpu else bx * size + flat
 
         def copy(bx, tx):
-            # every element of the buffer is written (zero past the slice, or all of it where the
-            # slice does not fit): TVM's buffer compaction then keeps its constant size instead of
-            # shrinking it to the symbolic region the sums read (a static shared array has a constant
-            # size); the indices of the global read are clamped into W_hh where it is not taken
+            # the block's units past H (the last block's) hold zeros, their W_hh index clamped
             threads = grid.threads
-            with loop("e", (cap + threads - 1) // threads) as e:
-                flat = e * threads + tx
-                u, k, x = flat % U, flat // U % G, flat // (U * G)
-                j = bx * U + u
-                with _tir.when(flat < cap):
-                    held = L.wide(weight(k, tirx.min(j, H - 1), tirx.min(x, H - 1)))
-                    store(wsh, (index(bx, k, u, x),),
-                          tirx.if_then_else(tirx.all(fits, flat < G * U * H, j < H), held, T.float32(0)))
+            with _tir.when(fits):
+                with loop("e", (values + threads - 1) // threads) as e:
+                    flat = e * threads + tx
+                    u, k, x = flat % U, flat // U % G, flat // (U * G)
+                    j = bx * U + u
+                    with _tir.when(flat < values):
+                        store(wsh, (index(bx, k, u, x),),
+                              tirx.if_then_else(j < H, weight(k, tirx.min(j, H - 1), x), tirx.const(0, dtype)))
 
         grid.phase(copy)
         grid.block_sync()
-        return wsh, fits, index
+        return wsh, _tir.let("fits", fits), index
 
     @staticmethod
     def _rows(count, br, slots, start=0):
@@ -236,7 +256,7 @@ class _Layer(ScheduleRule):
 class LstmLayerForward(_Layer):
     op = "lstm_layer_forward"
 
-    def build(self, variant, target):
+    def build(self, variant, target, dtype=L.DTYPE):
         train, reverse = variant["train"], variant["reverse"]
         U, threads, slots = self.shape(target)
         op = te_defs.get(self.op)
@@ -245,12 +265,12 @@ class LstmLayerForward(_Layer):
                 T.func_name(self.op)
                 T.func_attr({"tirx.noalias": True})
                 sz = _tir.dims("T", "B", "H")
-                a = _tir.params(op, variant, L.DTYPE, sz)
+                a = _tir.params(op, variant, dtype, sz)
                 Tn, B, H = sz["T"], sz["B"], sz["H"]
                 nch = (H + U - 1) // U
                 grid = _Grid(target, nch, threads)
                 with grid.launch():
-                    wsh, fits, index = self._slice(grid, target, H, nch, U, lambda k, j, r: a["w_hh"][k, j, r])
+                    wsh, fits, index = self._slice(grid, target, H, nch, U, lambda k, j, r: a["w_hh"][k, j, r], dtype)
 
                     def initial(bx, tx):
                         j = bx * U + tx % U
@@ -294,7 +314,7 @@ class LstmLayerForward(_Layer):
 
                 with T.If(ctx["fits"]):
                     with T.Then():
-                        sums(lambda k, r: ctx["wsh"][ctx["index"](bx, k, u, r)])
+                        sums(lambda k, r: L.wide(ctx["wsh"][ctx["index"](bx, k, u, r)]))
                     with T.Else():
                         sums(lambda k, r: L.wide(a["w_hh"][k, j, r]))
                 v = grid.scratch("v", (len(L.SCRATCH),))
@@ -317,7 +337,7 @@ class LstmLayerForward(_Layer):
 class LstmLayerBackward(_Layer):
     op = "lstm_layer_backward"
 
-    def build(self, variant, target):
+    def build(self, variant, target, dtype=L.DTYPE):
         from ...te_defs.lstm_layer_backward import cell_gradient
 
         reverse = variant["reverse"]
@@ -329,13 +349,13 @@ class LstmLayerBackward(_Layer):
                 T.func_name(self.op)
                 T.func_attr({"tirx.noalias": True})
                 sz = _tir.dims("T", "B", "H")
-                a = _tir.params(op, variant, L.DTYPE, sz)
+                a = _tir.params(op, variant, dtype, sz)
                 Tn, B, H = sz["T"], sz["B"], sz["H"]
                 nch = (H + U - 1) // U
                 grid = _Grid(target, nch, threads)
                 with grid.launch():
                     # the block's columns of W_hh: wsh holds W_hh[k, x, r] for its units r, rows x
-                    wsh, fits, index = self._slice(grid, target, H, nch, U, lambda k, r, x: a["w_hh"][k, x, r])
+                    wsh, fits, index = self._slice(grid, target, H, nch, U, lambda k, r, x: a["w_hh"][k, x, r], dtype)
 
                     def initial(bx, tx):
                         j = bx * U + tx % U
@@ -385,7 +405,7 @@ class LstmLayerBackward(_Layer):
 
                                     with T.If(fits):
                                         with T.Then():
-                                            sums(lambda k, j: wsh[index(bx, k, u, j)])
+                                            sums(lambda k, j: L.wide(wsh[index(bx, k, u, j)]))
                                         with T.Else():
                                             sums(lambda k, j: L.wide(a["w_hh"][k, j, r]))
                                     store(a["dh0"], (b, r), ((part[0] + part[1]) + part[2]) + part[3])
