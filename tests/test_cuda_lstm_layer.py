@@ -29,36 +29,40 @@ SHAPES = [
     pytest.param({"T": 2, "B": 3, "H": 800}, id="W_hh slice on chip past 48 KiB"),
 ]
 TOL = 2e-6
+DEFINITION = "definition"  # _library's rule for the definition's plain loop nest
 
 
-def _library(op_name, rule=None):
-    """The op's CUDA rule (or ``rule``) applied for the host CPU and compiled there, as an llvm artifact,
-    with the CPU's intrinsic lowerings (its tanh) installed first, as every CPU build has them: the
-    process-wide registration would otherwise depend on whether a CPU library was built before."""
+def _library(op_name, rule=None, dtype="float32"):
+    """The op's CUDA rule (or ``rule``; DEFINITION: the definition's plain loop nest) applied for the
+    host CPU and compiled there, as an llvm artifact of ``dtype``, with the CPU's intrinsic lowerings
+    (its tanh) installed first, as every CPU build has them: the process-wide registration would
+    otherwise depend on whether a CPU library was built before."""
     op = te_defs.get(op_name)
     intrinsics.install("llvm", dict(targets.get("llvm").intrinsics))
     if rule is None:
-        funcs, _ = build.schedule_variants(op_name, "cuda", "float32", emulate_on_host=True)
+        funcs, _ = build.schedule_variants(op_name, "cuda", dtype, emulate_on_host=True)
     else:  # what schedule_variants does, with ``rule`` (its knobs) instead of the package's
         host = tvm_api.target(targets.get("llvm").tvm_target())
         funcs = {}
         for variant in op.variants:
             compute_flags, _ = op.split_variant(variant)
-            symbol = naming.entry_symbol(op_name, "float32", variant)
+            symbol = naming.entry_symbol(op_name, dtype, variant)
             strided = [t.name for t in op.inputs if op.present(t, variant)]
             strided += [t.name for t in op.outputs if t.strided and op.present(t, variant)]
-            func = tir_api.prim_func(op.compute("float32", **compute_flags), symbol, op_name, strided=strided)
-            funcs[symbol] = (rule.apply(func, host).mod["main"].with_attr("global_symbol", symbol), dict(variant),
-                             type(rule).__name__)
+            func = tir_api.prim_func(op.compute(dtype, **compute_flags), symbol, op_name, strided=strided)
+            if rule is not DEFINITION:
+                func = rule.apply(func, host).mod["main"].with_attr("global_symbol", symbol)
+            funcs[symbol] = (func, dict(variant), type(rule).__name__ if rule is not DEFINITION else DEFINITION)
     rules = {r for _, _, r in funcs.values()}
-    assert rules == {"LstmLayerForward" if op_name == OPS[0] else "LstmLayerBackward"}, rules
+    assert rules == {DEFINITION} if rule is DEFINITION else {
+        "LstmLayerForward" if op_name == OPS[0] else "LstmLayerBackward"}, rules
     exe = tvm_api.compile_module({s: f for s, (f, _, _) in funcs.items()},
                                  tvm_api.target(targets.get("llvm").tvm_target()))
-    entry = {"op": op_name, "target": "llvm", "dtype": "float32",
-             "kernels": [{"symbol": s, "variant": v, "args": build.arg_specs(op, v, "float32")}
+    entry = {"op": op_name, "target": "llvm", "dtype": dtype,
+             "kernels": [{"symbol": s, "variant": v, "args": build.arg_specs(op, v, dtype)}
                          for s, (_, v, _) in funcs.items()]}
     lib = runtime.Library()
-    lib[(op_name, "llvm", "float32")] = runtime.Artifact(entry, exe.mod, None)
+    lib[(op_name, "llvm", dtype)] = runtime.Artifact(entry, exe.mod, None)
     return lib
 
 
@@ -101,6 +105,37 @@ def test_loop_nest_matches_the_float64_reference(emulated, op_name, dims):
             c = np.asarray(cpu[name], np.float64)
             err = np.abs(np.asarray(value, np.float64) - c).max() / (np.abs(c).max() + 1.0)
             assert err <= TOL, f"{op_name} {variant} {name}: {err:.2e} from the CPU rule's"
+
+
+@pytest.mark.parametrize("op_name", OPS)
+def test_float16_loop_nest_gives_the_definitions_bits(op_name, monkeypatch):
+    """float16 storage (float32 arithmetic, the W_hh slice kept in float16 in shared memory): every
+    variant's outputs the same bits as the definition's plain loop nest in float16 (the CPU rule is
+    float32 only), at an odd H and with the slice on chip at H = 800, and within half precision of the
+    float64 reference."""
+    from dataclasses import replace
+
+    from fusedgrad.targets import registry
+
+    monkeypatch.setitem(registry._REGISTRY, "llvm", replace(targets.get("llvm"), op_dtypes={}))  # api.run's check
+    op = te_defs.get(op_name)
+    nest, definition = _library(op_name, dtype="float16"), _library(op_name, DEFINITION, dtype="float16")
+    for dims in ({"T": 7, "B": 5, "H": 37}, {"T": 2, "B": 3, "H": 800}):
+        s = op.sample(dims, np.random.default_rng(dims["H"]))
+        specs = {t.name: t for t in op.inputs}
+        a = {k: v.astype(specs[k].dtype or np.float16) for k, v in s.items()}
+        for variant in op.variants:
+            got = api.run(op_name, a, {}, variant, library=nest)
+            want = api.run(op_name, a, {}, variant, library=definition)
+            ref = op.reference(**{k: v.astype(np.float64) for k, v in a.items()}, **variant)
+            for name, value in got.items():
+                if value is None:
+                    continue
+                assert value.dtype == np.float16
+                assert (value.view(np.uint16) == want[name].view(np.uint16)).all(), (dims, variant, name)
+                r = ref[name].reshape(value.shape)
+                err = np.abs(value.astype(np.float64) - r).max() / (np.abs(r).max() + 1.0)
+                assert err <= 2e-2, f"{op_name} {variant} {name}: relative error {err:.2e} in float16"
 
 
 @pytest.mark.parametrize("op_name", OPS)
@@ -218,18 +253,21 @@ def _at(expr, **sizes) -> int:
 
 
 @needs_nvcc
+@pytest.mark.parametrize("dtype", ("float32", "float16"))
 @pytest.mark.parametrize("op_name", OPS)
-def test_nvcc_builds_for_sm80_and_sm90_within_the_ptxas_limits(op_name, tmp_path):
+def test_nvcc_builds_for_sm80_and_sm90_within_the_ptxas_limits(op_name, dtype, tmp_path):
     """The generated source with the grid barrier in front, a cubin for sm_80 and sm_90 each, checked
     against the limits (registers, spills, shared memory); each kernel calls the barrier and keeps its
     W_hh slice in dynamic shared memory, no static shared memory (ptxas counts none), and the host's
-    launch asks for the dynamic bytes the manifest's record gives at every H, what co-residency counts."""
-    funcs, tgt = build.schedule_variants(op_name, "cuda", "float32")
+    launch asks for the dynamic bytes the manifest's record gives at every H, what co-residency counts
+    (the float16 slice on chip to twice the float32 one's H)."""
+    funcs, tgt = build.schedule_variants(op_name, "cuda", dtype)
     exe, launches = _launches(funcs, tgt)
     source = cuda.with_grid_sync(tvm_api.device_source(exe, "cuda"))
     assert set(cuda.kernels_in_source(source)) == {f"{s}_kernel" for s in funcs}
     assert source.count(cuda.GRID_SYNC_NAME + "(") >= len(funcs) + 1  # its definition and a call a kernel
-    assert source.count("extern __shared__ __align__(64) float w_shared_ptr[];") == len(funcs)
+    ctype = {"float32": "float", "float16": "half"}[dtype]
+    assert source.count(f"extern __shared__ __align__(64) {ctype} w_shared_ptr[];") == len(funcs)
     assert "atomic" not in source.split(cuda.GRID_SYNC_END)[1]  # only the barrier's counter is atomic
     _, resources = cuda.compile_fatbin(source, ("sm_80", "sm_90"), tmp_path)
     kernels = cuda.device_kernels(source, resources, ("sm_80", "sm_90"))
@@ -240,12 +278,15 @@ def test_nvcc_builds_for_sm80_and_sm90_within_the_ptxas_limits(op_name, tmp_path
             assert r["spill_bytes"] == 0 and r["shared_bytes"] == 0, (k["name"], arch, r)
             assert cuda.co_resident_blocks(arch, k["threads"], r["registers"], r["shared_bytes"]) >= 1
     assert len(launches) == len(funcs)
-    record = lstm_layer.LstmLayerForward().dynamic_shared(tgt, "float32")
+    record = lstm_layer.LstmLayerForward().dynamic_shared(tgt, dtype)
+    size = record["else"]
+    last = 2608 * 4 // size  # the last H on chip with sm_80 and sm_90 (163 KB)
     for call in launches:
         assert list(call.attrs.launch_params)[-1] == "tirx.use_dyn_shared_memory"
-        for H in (1, 37, 800, 2608, 2609, 5000):
+        for H in (1, 37, 800, 2608, last, last + 1, 6000):
             assert _at(call.args[-1], H=H) == cuda.dynamic_shared_bytes(record, H), H
-    assert cuda.dynamic_shared_bytes(record, 2608) == 2608 * 64 and cuda.dynamic_shared_bytes(record, 2609) == 4
+    assert cuda.dynamic_shared_bytes(record, last) == last * 16 * size
+    assert cuda.dynamic_shared_bytes(record, last + 1) == size
 
 
 def test_launch_check_takes_the_kernels_ptxas_resources_for_the_device():
