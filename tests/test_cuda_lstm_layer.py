@@ -323,11 +323,9 @@ def test_the_manifest_records_the_units_a_block_owns(op_name):
     assert all(build._launch_facts(f) == {} for f, _, _ in cell.values())
 
 
-def test_the_full_lstms_launch_check_takes_the_grid_from_the_manifest(monkeypatch):
-    """fusedgrad/lstm/buffers.py's check before a layer kernel's launch: ceil(H / grid_units) blocks
-    against the device (H from w_hh, the second argument), each with ptxas' static shared memory plus
-    the launch's dynamic bytes at that H (the manifest's dynamic_shared); an artifact whose manifest
-    predates either record is refused with what to do, not guessed."""
+@pytest.fixture
+def on_h200(monkeypatch):
+    """(torch, fusedgrad.lstm.buffers) with torch's device properties an H200's: 132 SMs of sm_90."""
     torch = pytest.importorskip("torch")
     from fusedgrad.lstm import buffers
 
@@ -335,6 +333,15 @@ def test_the_full_lstms_launch_check_takes_the_grid_from_the_manifest(monkeypatc
         major, minor, multi_processor_count = 9, 0, 132
 
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: H200)
+    return torch, buffers
+
+
+def test_the_full_lstms_launch_check_takes_the_grid_from_the_manifest(on_h200):
+    """fusedgrad/lstm/buffers.py's check before a layer kernel's launch: ceil(H / grid_units) blocks
+    against the device (H from w_hh, the second argument), each with ptxas' static shared memory plus
+    the launch's dynamic bytes at that H (the manifest's dynamic_shared); an artifact whose manifest
+    predates either record is refused with what to do, not guessed."""
+    torch, buffers = on_h200
     global_only = {"bytes_per_h": 32, "up_to": 0, "else": 4}  # the slice never on chip: 4 bytes a block
     entry = {"library": "x.so", "kernels": [{"symbol": "fg_x", "grid_units": 8, "dynamic_shared": global_only}],
              "device_kernels": [{"name": "fg_x_kernel", "threads": 128, "arch": {
@@ -354,18 +361,12 @@ def test_the_full_lstms_launch_check_takes_the_grid_from_the_manifest(monkeypatc
             buffers._co_resident(lambda *a: None, older, "fg_x")
 
 
-def test_the_dynamic_slice_counts_in_co_residency(monkeypatch):
+def test_the_dynamic_slice_counts_in_co_residency(on_h200):
     """The launch check counts the slice a launch asks for: 4 units a block, no static shared memory,
     the slice 64 H bytes on chip to 163 KB.  On an H200 (132 SMs, 228 KiB a SM, 1 KiB reserved a
     block) H = 1024 is 256 blocks of 64 KiB, three a SM: accepted; H = 1280, 320 blocks of 80 KiB, two a
     SM (264 at most): refused, where the same grid reading W_hh from global memory (4 bytes) fits."""
-    torch = pytest.importorskip("torch")
-    from fusedgrad.lstm import buffers
-
-    class H200:
-        major, minor, multi_processor_count = 9, 0, 132
-
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: H200)
+    torch, buffers = on_h200
     record = lstm_layer.LstmLayerForward().dynamic_shared(None, "float32")
     entry = {"library": "x.so", "kernels": [{"symbol": "fg_x", "grid_units": 4, "dynamic_shared": record}],
              "device_kernels": [{"name": "fg_x_kernel", "threads": 128, "arch": {
