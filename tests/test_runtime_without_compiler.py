@@ -99,7 +99,8 @@ def test_the_full_lstms_launch_check_needs_no_schedule(runtime_only):
             major, minor, multi_processor_count = 9, 0, 132
 
         torch.cuda.get_device_properties = lambda device: Props
-        entry = {"kernels": [{"symbol": "fg_x", "grid_units": 8}],
+        entry = {"kernels": [{"symbol": "fg_x", "grid_units": 8,
+                              "dynamic_shared": {"bytes_per_h": 128, "up_to": 166912, "else": 4}}],
                  "device_kernels": [{"name": "fg_x_kernel", "threads": 128,
                                      "arch": {"sm_90": {"registers": 90, "shared_bytes": 49152}}}]}
         print(buffers._co_resident(lambda *a: "ran", entry, "fg_x")(None, torch.empty(1024, 256)))
