@@ -3,7 +3,9 @@
 ``lstm_layer_forward`` and ``lstm_layer_backward`` are TIR definitions (a plain loop nest over all
 time steps); these rules build each variant's GPU loop nest around the definitions' own expressions
 (``te_defs._lstm_layer``: the cell, its gradient, the order of every sum, the state a step starts
-from), as the CPU rule (``schedules/llvm/lstm_layer.py``) does for its thread team.
+from), as the CPU rule (``schedules/llvm/lstm_layer.py``) does for its thread team.  A kernel's
+tensors are in the call's storage dtype (float32 or float16), its arithmetic float32 (the loads
+widened, each store rounded once), as the definitions say.
 
 - One launch runs every step.  The hidden units are cut into chunks of UNITS; block ``bx`` owns
   chunk ``bx`` (the grid is ceil(H / UNITS) blocks) for the whole launch: its units' W_hh rows (all
@@ -160,7 +162,7 @@ def _variant(func) -> dict:
 class _Layer(ScheduleRule):
     """UNITS: hidden units a block owns; WARPS: warps a block runs (ROW_SLOTS = threads / UNITS rows
     of the batch at a time).  Both derived from the target: UNITS = warp / 8 (a row slot's 4 gates x
-    UNITS units are half a warp's lanes, 16 bytes of W_hh's shared rows per gate), so that the grid
+    UNITS units are half a warp's lanes, 16 bytes of W_hh's shared rows per gate in float32), so that the grid
     (ceil(H / UNITS) blocks) spreads a layer over more SMs; a block of four warps. On an H200 4 units
     a block against the warp / 4 = 8 before (with CHUNK 32): forward 0.44 against 0.53 ms, backward
     0.79 against 0.86 at T=50, B=32, H=256, the same at B=1 (docs/gpu-check-h200-2026-12-04.md)."""
@@ -202,8 +204,9 @@ class _Layer(ScheduleRule):
         if tir_api.op_name(func) != self.op:
             return None
         (dtype,) = {str(p.dtype) for p in func.params if getattr(p, "name", None) == "w_hh"}
-        built = (self.build(_variant(func), target, dtype).with_attr("fusedgrad.variant", func.attrs["fusedgrad.variant"])
-                 .with_attr(tir_api.WHOLE_ATTR, True))  # every buffer allocated at the size it is used
+        variant = func.attrs["fusedgrad.variant"]
+        built = self.build(_variant(func), target, dtype).with_attr("fusedgrad.variant", variant)
+        built = built.with_attr(tir_api.WHOLE_ATTR, True)  # every buffer allocated at the size it is used
         # the loader's co-residency check finds the grid (ceil(H / units) blocks) and a launch's dynamic
         # shared memory from these, in the manifest
         built = built.with_attr("fusedgrad.grid_units", self.shape(target)[0]).with_attr(
