@@ -99,7 +99,8 @@ def arg_specs(op, variant, dtype) -> list[dict]:
 
 def schedule_variants(op_name: str, target_name: str, dtype: str, emulate_on_host: bool = False,
                       use_tuning: bool = True, review: bool = False):
-    """Scheduled PrimFuncs of every variant: {symbol: (func, variant, rule name)}.
+    """Scheduled PrimFuncs of every variant the target builds (``OpDef.variants_for``):
+    {symbol: (func, variant, rule name)}.
 
     ``emulate_on_host``: schedule with the target's rules but for the host CPU
     (a device rule then keeps its loop nest and leaves thread loops serial), so
@@ -118,7 +119,7 @@ def schedule_variants(op_name: str, target_name: str, dtype: str, emulate_on_hos
     tgt = tvm_api.target(spec)
     knobs = tuning_records.knobs_for(op_name, target_name, dtype) if use_tuning and not emulate_on_host else None
     out = {}
-    for variant in op.variants:
+    for variant in op.variants_for(target_name):
         compute_flags, schedule_flags = op.split_variant(variant)
         args = op.compute(dtype, **compute_flags)
         symbol = naming.entry_symbol(op_name, dtype, variant)

@@ -172,6 +172,35 @@ def check_persistent_launch(entry, symbol: str, blocks: int, capability: tuple[i
                            r["shared_bytes"] + dynamic_shared_bytes)
 
 
+def launch_record(entry, symbol: str) -> dict:
+    """The manifest ``entry``'s record of the persistent kernel ``symbol``: its ``grid_units`` (hidden
+    units a block) and ``dynamic_shared`` (``dynamic_shared_bytes``); ValueError naming what an
+    artifact that predates them lacks (build it again)."""
+    (record,) = [k for k in entry["kernels"] if k["symbol"] == symbol]
+    missing = [k for k in ("grid_units", "dynamic_shared") if k not in record]
+    if missing:
+        raise ValueError(f"{symbol}: expected the manifest to record the persistent kernel's {' and '.join(missing)}; "
+                         f"the artifact {entry.get('library')} predates it: build it again")
+    return record
+
+
+def persistent_choice(entry, symbols, H: int, capability: tuple[int, int], sm_count: int) -> str:
+    """The first of ``symbols`` (entry points of one persistent layer kernel, the preferred first: W_hh's
+    slice on chip, then read from global memory) whose grid at hidden size ``H`` (ceil(H / grid_units)
+    blocks, each with the launch's dynamic shared memory at that H) ``check_persistent_launch``
+    accepts on the device; CoResidencyError naming each one's refusal where none fits."""
+    refused = []
+    for symbol in symbols:
+        record = launch_record(entry, symbol)
+        try:
+            check_persistent_launch(entry, symbol, -(-H // int(record["grid_units"])), capability, sm_count,
+                                    dynamic_shared_bytes(record["dynamic_shared"], H))
+            return symbol
+        except CoResidencyError as e:
+            refused.append(f"{symbol}: {e}")
+    raise CoResidencyError(f"no entry point of the kernel fits at H = {H}; " + "; ".join(refused))
+
+
 def compile_fatbin(source: str, archs, workdir: str | os.PathLike) -> tuple[bytes, dict]:
     """nvcc ``source`` (with the grid barrier where a kernel calls it) into a fatbin for ``archs``;
     returns (fatbin bytes, resources by kernel and arch)."""

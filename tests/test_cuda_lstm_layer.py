@@ -168,6 +168,28 @@ def test_same_bits_for_two_grid_sizes(emulated, op_name, monkeypatch):
                         assert same.all(), (dims, name)
 
 
+@pytest.mark.parametrize("op_name", OPS)
+def test_the_w_hh_global_entry_gives_the_on_chip_entrys_bits(emulated, op_name):
+    """The CUDA-only entry point ``w_hh_global`` (no slice, no shared memory at any H: its sums read W_hh
+    from global memory) gives every variant the same bits as the entry with the slice on
+    chip, at an H where the slice fits (one load chunk and a tail); the CPU and DSP build no such entry."""
+    op = te_defs.get(op_name)
+    assert op.variants_for("cuda") == op.variants + tuple({**v, "w_hh_global": True} for v in op.variants)
+    assert op.variants_for("llvm") == op.variants_for("dsp") == op.variants
+    rule = lstm_layer.LstmLayerForward() if op_name == OPS[0] else lstm_layer.LstmLayerBackward()
+    record = rule.dynamic_shared(None, "float32", w_hh_global=True)
+    assert [cuda.dynamic_shared_bytes(record, H) for H in (0, 1, 37, 2608, 6000)] == [0] * 5
+    assert cuda.dynamic_shared_bytes(rule.dynamic_shared(None, "float32"), 37) == 64 * 37  # on chip there
+    a = _inputs(op, {"T": 6, "B": 11, "H": 37}, seed=7)
+    for variant in op.variants:
+        on_chip = api.run(op_name, a, {}, variant, library=emulated(op_name))
+        off_chip = api.run(op_name, a, {}, {**variant, "w_hh_global": True}, library=emulated(op_name))
+        for name, value in on_chip.items():
+            if value is not None:
+                assert (np.asarray(value).view(np.uint32) == np.asarray(off_chip[name]).view(np.uint32)).all(), (
+                    variant, name)
+
+
 def test_the_block_shape_comes_from_the_cuda_target():
     """UNITS = warp / 8 (half a warp's lanes over the 4 gates), four warps a block."""
     spec = targets.get("cuda").tvm_target()
@@ -267,7 +289,9 @@ def test_nvcc_builds_for_sm80_and_sm90_within_the_ptxas_limits(op_name, dtype, t
     assert set(cuda.kernels_in_source(source)) == {f"{s}_kernel" for s in funcs}
     assert source.count(cuda.GRID_SYNC_NAME + "(") >= len(funcs) + 1  # its definition and a call a kernel
     ctype = {"float32": "float", "float16": "half"}[dtype]
-    assert source.count(f"extern __shared__ __align__(64) {ctype} w_shared_ptr[];") == len(funcs)
+    on_chip = {s for s, (_, v, _) in funcs.items() if not v.get("w_hh_global")}
+    assert len(on_chip) == len(funcs) // 2  # and as many w_hh_global entries, without shared memory
+    assert source.count(f"extern __shared__ __align__(64) {ctype} w_shared_ptr[];") == len(on_chip)
     assert "atomic" not in source.split(cuda.GRID_SYNC_END)[1]  # only the barrier's counter is atomic
     _, resources = cuda.compile_fatbin(source, ("sm_80", "sm_90"), tmp_path)
     kernels = cuda.device_kernels(source, resources, ("sm_80", "sm_90"))
@@ -278,13 +302,19 @@ def test_nvcc_builds_for_sm80_and_sm90_within_the_ptxas_limits(op_name, dtype, t
             assert r["spill_bytes"] == 0 and r["shared_bytes"] == 0, (k["name"], arch, r)
             assert cuda.co_resident_blocks(arch, k["threads"], r["registers"], r["shared_bytes"]) >= 1
     assert len(launches) == len(funcs)
-    record = lstm_layer.LstmLayerForward().dynamic_shared(tgt, dtype)
+    rule = lstm_layer.LstmLayerForward()
+    record = rule.dynamic_shared(tgt, dtype)
     size = record["else"]
     last = 2608 * 4 // size  # the last H on chip with sm_80 and sm_90 (163 KB)
     for call in launches:
-        assert list(call.attrs.launch_params)[-1] == "tirx.use_dyn_shared_memory"
-        for H in (1, 37, 800, 2608, last, last + 1, 6000):
-            assert _at(call.args[-1], H=H) == cuda.dynamic_shared_bytes(record, H), H
+        symbol = call.args[0].value.removesuffix("_kernel")
+        if symbol in on_chip:
+            assert list(call.attrs.launch_params)[-1] == "tirx.use_dyn_shared_memory"
+            for H in (1, 37, 800, 2608, last, last + 1, 6000):
+                assert _at(call.args[-1], H=H) == cuda.dynamic_shared_bytes(record, H), H
+        else:  # no dynamic shared memory: what the w_hh_global record gives at every H
+            assert "tirx.use_dyn_shared_memory" not in list(call.attrs.launch_params)
+            assert cuda.dynamic_shared_bytes(rule.dynamic_shared(tgt, dtype, w_hh_global=True), 6000) == 0
     assert cuda.dynamic_shared_bytes(record, last) == last * 16 * size
     assert cuda.dynamic_shared_bytes(record, last + 1) == size
 
@@ -316,9 +346,11 @@ def test_the_manifest_records_the_units_a_block_owns(op_name):
     rule = lstm_layer.LstmLayerForward() if op_name.endswith("forward") else lstm_layer.LstmLayerBackward()
     units = rule.shape(tgt)[0]
     assert units == rule.knob("UNITS", tgt)
-    for f, _, _ in funcs.values():
+    assert [v for _, v, _ in funcs.values()] == list(te_defs.get(op_name).variants_for("cuda"))
+    for f, v, _ in funcs.values():  # the w_hh_global entry keeps no slice: one value at every H
         assert build._launch_facts(f) == {"grid_units": units, "dynamic_shared": {
-            "bytes_per_h": 4 * units * 4, "up_to": targets.cuda.optin_shared_bytes(), "else": 4}}
+            "bytes_per_h": 4 * units * 4, "up_to": targets.cuda.optin_shared_bytes(), "else": 4}
+            if not v.get("w_hh_global") else {"bytes_per_h": 0, "up_to": 0, "else": 0}}
     cell, _ = build.schedule_variants("lstm_cell_forward", "cuda", "float32")
     assert all(build._launch_facts(f) == {} for f, _, _ in cell.values())
 
@@ -336,6 +368,13 @@ def on_h200(monkeypatch):
     return torch, buffers
 
 
+def _kernels(**funcs):
+    """Runtime kernels (symbol, func) as ``buffers._co_resident`` takes them, in the order given."""
+    from types import SimpleNamespace
+
+    return [SimpleNamespace(symbol=symbol, func=func) for symbol, func in funcs.items()]
+
+
 def test_the_full_lstms_launch_check_takes_the_grid_from_the_manifest(on_h200):
     """fusedgrad/lstm/buffers.py's check before a layer kernel's launch: ceil(H / grid_units) blocks
     against the device (H from w_hh, the second argument), each with ptxas' static shared memory plus
@@ -347,40 +386,41 @@ def test_the_full_lstms_launch_check_takes_the_grid_from_the_manifest(on_h200):
              "device_kernels": [{"name": "fg_x_kernel", "threads": 128, "arch": {
                  "sm_90": {"registers": 40, "shared_bytes": 48 * 1024}}}]}
     calls = []
-    launch = buffers._co_resident(lambda *a: calls.append(a) or "ran", entry, "fg_x")
+    launch = buffers._co_resident(entry, _kernels(fg_x=lambda *a: calls.append(a) or "ran"))
     w_hh = torch.empty(4 * 4224, 4224)  # 528 blocks of 8 units: 132 SMs x 4, the most that fit
     assert launch("xw", w_hh) == "ran" and len(calls) == 1
     with pytest.raises(cuda.CoResidencyError, match="grid of 529 blocks"):
         launch("xw", torch.empty(4 * 4225, 4225))
     assert len(calls) == 1
     entry["kernels"][0]["grid_units"] = 16  # the same H at 16 units a block: 265 blocks, which fit
-    assert buffers._co_resident(lambda *a: "ran", entry, "fg_x")("xw", torch.empty(4 * 4225, 4225)) == "ran"
+    assert buffers._co_resident(entry, _kernels(fg_x=lambda *a: "ran"))("xw", torch.empty(4 * 4225, 4225)) == "ran"
     for key in ("dynamic_shared", "grid_units"):
         older = {**entry, "kernels": [{k: v for k, v in entry["kernels"][0].items() if k != key}]}
         with pytest.raises(ValueError, match=f"record the persistent kernel's {key}; the artifact x.so predates it"):
-            buffers._co_resident(lambda *a: None, older, "fg_x")
+            buffers._co_resident(older, _kernels(fg_x=lambda *a: None))
 
 
-def test_the_dynamic_slice_counts_in_co_residency(on_h200):
-    """The launch check counts the slice a launch asks for: 4 units a block, no static shared memory,
-    the slice 64 H bytes on chip to 163 KB.  On an H200 (132 SMs, 228 KiB a SM, 1 KiB reserved a
-    block) H = 1024 is 256 blocks of 64 KiB, three a SM: accepted; H = 1280, 320 blocks of 80 KiB, two a
-    SM (264 at most): refused, where the same grid reading W_hh from global memory (4 bytes) fits."""
+def test_the_launch_takes_the_slice_on_chip_where_that_grid_fits_else_global_w_hh(on_h200):
+    """The launch check counts the slice a launch asks for and picks the entry point: 4 units a block,
+    no static shared memory, the slice 64 H bytes on chip to 163 KB.  On an H200 (132 SMs, 228 KiB a SM,
+    1 KiB reserved a block) H = 1024 is 256 blocks of 64 KiB, three a SM: on chip; H = 1280, 320 blocks
+    of 80 KiB, two a SM (264 at most): the w_hh_global entry (no shared memory, 12 a SM by registers);
+    H = 6400, 1600 blocks: neither (1584 at most), refused naming both."""
     torch, buffers = on_h200
     record = lstm_layer.LstmLayerForward().dynamic_shared(None, "float32")
-    entry = {"library": "x.so", "kernels": [{"symbol": "fg_x", "grid_units": 4, "dynamic_shared": record}],
-             "device_kernels": [{"name": "fg_x_kernel", "threads": 128, "arch": {
-                 "sm_90": {"registers": 40, "shared_bytes": 0}}}]}
-    launch = buffers._co_resident(lambda *a: "ran", entry, "fg_x")
-    assert launch("xw", torch.empty(4 * 1024, 1024)) == "ran"
-    with pytest.raises(cuda.CoResidencyError, match=r"320 blocks .* at most 264 \(132 SMs x 2 .* 81920 bytes"):
-        launch("xw", torch.empty(4 * 1280, 1280))
-    entry["kernels"][0]["dynamic_shared"] = {**record, "up_to": 0}
-    assert buffers._co_resident(lambda *a: "ran", entry, "fg_x")("xw", torch.empty(4 * 1280, 1280)) == "ran"
-    assert cuda.check_persistent_launch(entry, "fg_x", 320, (9, 0), 132, dynamic_shared_bytes=4) == 320
-    with pytest.raises(cuda.CoResidencyError, match="at most 264"):
-        cuda.check_persistent_launch(entry, "fg_x", 320, (9, 0), 132, dynamic_shared_bytes=81920)
-
+    off_chip = lstm_layer.LstmLayerForward().dynamic_shared(None, "float32", w_hh_global=True)
+    resources = {"threads": 128, "arch": {"sm_90": {"registers": 40, "shared_bytes": 0}}}
+    entry = {"library": "x.so", "kernels": [{"symbol": "fg_x", "grid_units": 4, "dynamic_shared": record},
+                                            {"symbol": "fg_x_g", "grid_units": 4, "dynamic_shared": off_chip}],
+             "device_kernels": [{"name": "fg_x_kernel", **resources}, {"name": "fg_x_g_kernel", **resources}]}
+    launch = buffers._co_resident(entry, _kernels(fg_x=lambda *a: "on chip", fg_x_g=lambda *a: "global"))
+    assert launch("xw", torch.empty(4 * 1024, 1024)) == "on chip"
+    assert launch("xw", torch.empty(4 * 1280, 1280)) == "global"
+    assert launch("xw", torch.empty(4 * 6336, 6336)) == "on chip"  # past 163 KB the slice is not on chip
+    with pytest.raises(cuda.CoResidencyError, match=r"fg_x: .*320 blocks .* at most 264 \(132 SMs x 2 .* 81920 bytes"):
+        cuda.persistent_choice(entry, ["fg_x"], 1280, (9, 0), 132)
+    with pytest.raises(cuda.CoResidencyError, match=r"H = 6400; fg_x: .*1600 blocks .* at most 1584.*; fg_x_g: .*1600"):
+        launch("xw", torch.empty(4 * 6400, 6400))
 
 def test_the_committed_sources_define_the_grid_barrier_they_call():
     """generated/cuda's .cu files are what a user compiles: one that calls the grid barrier carries its

@@ -16,7 +16,10 @@ widened, each store rounded once), as the definitions say.
   has on every architecture built (``_util.optin_shared_bytes``: 163 KB with sm_80 and sm_90, so
   float32 to H = 2608 at UNITS 4), the launch asks for one value and the same sums read W_hh from
   global memory instead.  Every block must be resident at once with that shared memory
-  (``lowering.cuda.check_persistent_launch``, which the full LSTM calls before a launch).
+  (``lowering.cuda.check_persistent_launch``, which the full LSTM calls before a launch).  The
+  entry point of the schedule flag ``w_hh_global`` (``OpDef.target_flags``: CUDA only) keeps no slice
+  (no shared memory: its launch asks for none) and its sums read W_hh from global memory at every H,
+  for the grids whose slices on chip the GPU cannot hold at once; the full LSTM picks it per launch.
 - A block's threads are ROW_SLOTS x UNITS: thread (br, u) owns unit u of the chunk for the rows
   br, br + ROW_SLOTS, ... of the batch, so a warp's shared-memory reads of W_hh are consecutive units
   (no bank conflicts) and the threads of one unit read the same h (a broadcast).
@@ -191,11 +194,14 @@ class _Layer(ScheduleRule):
         declare no static shared memory: ptxas counts none, which the nvcc test checks)."""
         return optin_shared_bytes(target) // (DataType(dtype).bits // 8)
 
-    def dynamic_shared(self, target, dtype: str) -> dict:
+    def dynamic_shared(self, target, dtype: str, w_hh_global: bool = False) -> dict:
         """What a launch's dynamic shared memory is at hidden size H (``lowering.cuda.dynamic_shared_bytes``
         evaluates it; TVM's host code computes the same from H): the block's W_hh slice, ``bytes_per_h``
         x H (4 gates x UNITS units x H values of ``dtype``), up to ``up_to`` bytes (``shared_capacity``),
-        else one value, ``else`` bytes (the sums then read W_hh from global memory)."""
+        else one value, ``else`` bytes (the sums then read W_hh from global memory); none at any H in the
+        ``w_hh_global`` entry point."""
+        if w_hh_global:
+            return {"bytes_per_h": 0, "up_to": 0, "else": 0}
         size = DataType(dtype).bits // 8
         return {"bytes_per_h": G * self.shape(target)[0] * size, "up_to": self.shared_capacity(target, dtype) * size,
                 "else": size}
@@ -205,23 +211,27 @@ class _Layer(ScheduleRule):
             return None
         (dtype,) = {str(p.dtype) for p in func.params if getattr(p, "name", None) == "w_hh"}
         variant = func.attrs["fusedgrad.variant"]
-        built = self.build(_variant(func), target, dtype).with_attr("fusedgrad.variant", variant)
+        w_hh_global = "w_hh_global" in tir_api.schedule_flags(func)
+        built = self.build(_variant(func), target, dtype, w_hh_global).with_attr("fusedgrad.variant", variant)
         built = built.with_attr(tir_api.WHOLE_ATTR, True)  # every buffer allocated at the size it is used
         # the loader's co-residency check finds the grid (ceil(H / units) blocks) and a launch's dynamic
         # shared memory from these, in the manifest
         built = built.with_attr("fusedgrad.grid_units", self.shape(target)[0]).with_attr(
-            "fusedgrad.dynamic_shared", self.dynamic_shared(target, dtype))
-        for key in (tir_api.OP_ATTR, "global_symbol"):
-            built = built.with_attr(key, func.attrs[key])
+            "fusedgrad.dynamic_shared", self.dynamic_shared(target, dtype, w_hh_global))
+        for key in (tir_api.OP_ATTR, "global_symbol", tir_api.FLAGS_ATTR):
+            if func.attrs.get(key) is not None:
+                built = built.with_attr(key, func.attrs[key])
         return tir_api.schedule(built)
 
-    def _slice(self, grid, target, H, nch, U, weight, dtype):
+    def _slice(self, grid, target, H, nch, U, weight, dtype, w_hh_global):
         """The block's W_hh slice in shared memory, in the storage ``dtype`` (one row per block on the
-        host): (buffer, fits, index(bx, k, u, x)); ``weight(k, j, x)`` is the global element the slice
+        host): (buffer, fits, index(bx, k, u, x)), None in the ``w_hh_global`` entry (no slice); ``weight(k, j, x)`` is the global element the slice
         holds for gate k of the block's unit j at position x (W_hh's column x in the forward, row x in
         the backward).  On the GPU the buffer is ``shared.dyn`` of the slice's size where it fits
         ``shared_capacity``, else of one value: TVM's host code computes that size from H and passes it
         as the launch's dynamic shared memory (its CUDA runtime raises the kernel's limit past 48 KiB)."""
+        if w_hh_global:
+            return None
         values = G * U * H
         fits = values <= self.shared_capacity(target, dtype)
         size = tirx.if_then_else(fits, values, 1)
@@ -251,6 +261,20 @@ class _Layer(ScheduleRule):
         return wsh, _tir.let("fits", fits), index
 
     @staticmethod
+    def _sums(w_slice, on_chip, from_global) -> None:
+        """A step's sums: ``on_chip(buffer, index)`` reading the slice where it holds W_hh, else
+        ``from_global()`` (the same sums in the same order); only the latter without a slice."""
+        if w_slice is None:
+            from_global()
+            return
+        wsh, fits, index = w_slice
+        with T.If(fits):
+            with T.Then():
+                on_chip(wsh, index)
+            with T.Else():
+                from_global()
+
+    @staticmethod
     def _rows(count, br, slots, start=0):
         """The rows start + br, start + br + slots, ... below start + count a thread takes."""
         return loop("q", tirx.max(count - br + slots - 1, 0) // slots)
@@ -259,7 +283,7 @@ class _Layer(ScheduleRule):
 class LstmLayerForward(_Layer):
     op = "lstm_layer_forward"
 
-    def build(self, variant, target, dtype=L.DTYPE):
+    def build(self, variant, target, dtype=L.DTYPE, w_hh_global=False):
         train, reverse = variant["train"], variant["reverse"]
         U, threads, slots = self.shape(target)
         op = te_defs.get(self.op)
@@ -273,7 +297,8 @@ class LstmLayerForward(_Layer):
                 nch = (H + U - 1) // U
                 grid = _Grid(target, nch, threads)
                 with grid.launch():
-                    wsh, fits, index = self._slice(grid, target, H, nch, U, lambda k, j, r: a["w_hh"][k, j, r], dtype)
+                    w_slice = self._slice(grid, target, H, nch, U, lambda k, j, r: a["w_hh"][k, j, r], dtype,
+                                          w_hh_global)
 
                     def initial(bx, tx):
                         j = bx * U + tx % U
@@ -290,7 +315,7 @@ class LstmLayerForward(_Layer):
                         # rows 0 .. m-1 continue from h of the previous time index, m .. n-1 start from h0
                         p = _tir.let("p", tirx.max(tirx.min(L.previous_index(tt, reverse), Tn - 1), 0))
                         m = _tir.let("m", tirx.if_then_else(0 < t, tirx.min(n, a["batch_sizes"][p]), 0))
-                        ctx = dict(a=a, wsh=wsh, fits=fits, index=index, U=U, H=H, B=B, tt=tt, n=n, p=p, m=m,
+                        ctx = dict(a=a, w_slice=w_slice, U=U, H=H, B=B, tt=tt, n=n, p=p, m=m,
                                    slots=slots, train=train, grid=grid, chunk=self.knob("CHUNK", target))
                         grid.phase(lambda bx, tx: self._step(ctx, bx, tx))
                         grid.grid_sync()
@@ -315,11 +340,8 @@ class LstmLayerForward(_Layer):
                     _chunked_sums(grid, H, ctx["chunk"], lambda r: [
                         L.wide(tirx.if_then_else(b < m, a["h"][p, b, r], a["h0"][b, r]))], add)
 
-                with T.If(ctx["fits"]):
-                    with T.Then():
-                        sums(lambda k, r: L.wide(ctx["wsh"][ctx["index"](bx, k, u, r)]))
-                    with T.Else():
-                        sums(lambda k, r: L.wide(a["w_hh"][k, j, r]))
+                self._sums(ctx["w_slice"], lambda wsh, index: sums(lambda k, r: L.wide(wsh[index(bx, k, u, r)])),
+                           lambda: sums(lambda k, r: L.wide(a["w_hh"][k, j, r])))
                 v = grid.scratch("v", (len(L.SCRATCH),))
                 for k in range(G):
                     store(v, (k,), L.activation(k, acc[k] + L.wide(a["xw"][tt, b, k, j])))
@@ -340,7 +362,7 @@ class LstmLayerForward(_Layer):
 class LstmLayerBackward(_Layer):
     op = "lstm_layer_backward"
 
-    def build(self, variant, target, dtype=L.DTYPE):
+    def build(self, variant, target, dtype=L.DTYPE, w_hh_global=False):
         from ...te_defs.lstm_layer_backward import cell_gradient
 
         reverse = variant["reverse"]
@@ -357,8 +379,9 @@ class LstmLayerBackward(_Layer):
                 nch = (H + U - 1) // U
                 grid = _Grid(target, nch, threads)
                 with grid.launch():
-                    # the block's columns of W_hh: wsh holds W_hh[k, x, r] for its units r, rows x
-                    wsh, fits, index = self._slice(grid, target, H, nch, U, lambda k, r, x: a["w_hh"][k, x, r], dtype)
+                    # the block's columns of W_hh: the slice holds W_hh[k, x, r] for its units r, rows x
+                    w_slice = self._slice(grid, target, H, nch, U, lambda k, r, x: a["w_hh"][k, x, r], dtype,
+                                          w_hh_global)
 
                     def initial(bx, tx):
                         j = bx * U + tx % U
@@ -406,11 +429,9 @@ class LstmLayerBackward(_Layer):
                                         _chunked_sums(grid, H, chunk, lambda j: [
                                             L.wide(a["dgates"][tt, b, k, j]) for k in range(G)], add)
 
-                                    with T.If(fits):
-                                        with T.Then():
-                                            sums(lambda k, j: L.wide(wsh[index(bx, k, u, j)]))
-                                        with T.Else():
-                                            sums(lambda k, j: L.wide(a["w_hh"][k, j, r]))
+                                    self._sums(w_slice,
+                                               lambda wsh, index: sums(lambda k, j: L.wide(wsh[index(bx, k, u, j)])),
+                                               lambda: sums(lambda k, j: L.wide(a["w_hh"][k, j, r])))
                                     store(a["dh0"], (b, r), ((part[0] + part[1]) + part[2]) + part[3])
 
                         grid.phase(cell)
