@@ -19,7 +19,7 @@ import pytest
 import build_cache
 
 from fusedgrad import api, runtime, schedules, targets, te_defs
-from fusedgrad.lowering import build, cuda, tvm_api, tvm_workarounds
+from fusedgrad.lowering import build, cuda, naming, tvm_api, tvm_workarounds
 from fusedgrad.schedules import tir_api
 from fusedgrad.schedules.cuda import mma_tf32
 from fusedgrad.te_defs.matmul import tf32
@@ -595,6 +595,43 @@ def test_hand_schedules_are_used(cuda_artifacts):
                                 if n.rsplit("_kernel", 1)[0] == k["symbol"]] for k in cell["kernels"]}
     for symbol, kernels in per_symbol.items():
         assert len(kernels) == 2 * (2 if "bias" in symbol.split("__")[1] else 1), (symbol, kernels)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("op_name", LSTM_LAYER)
+def test_the_persistent_layer_launch_keeps_w_hh_on_chip_where_that_grid_fits(cuda_artifacts, op_name, monkeypatch):
+    """The full LSTM's pick before a layer kernel's launch (fusedgrad/lstm/buffers.py) with the built
+    artifact's manifest (grid_units, dynamic_shared, ptxas' registers), torch's device properties a
+    108-SM sm_80's and a 132-SM sm_90's: the entry with W_hh's slice on chip where that grid is resident
+    (16·H² bytes of shared memory over it: to H = 864 / 1200), else the w_hh_global entry (no shared
+    memory, 64 / 56 registers: to H = 3456 / 4752), where the on-chip grid alone was refused; refused
+    naming both where neither grid fits (docs/cuda.md quotes these bounds)."""
+    from types import SimpleNamespace
+
+    torch = pytest.importorskip("torch")
+    from fusedgrad.lstm import buffers
+
+    manifest = json.loads((cuda_artifacts / "manifest.json").read_text())
+    (entry,) = [a for a in manifest["artifacts"] if a["op"] == op_name]
+    variant = next(k["variant"] for k in entry["kernels"] if "w_hh_global" not in k["variant"])
+    on, off = (naming.entry_symbol(op_name, "float32", v) for v in (variant, {**variant, "w_hh_global": True}))
+    kernels = [SimpleNamespace(symbol=on, func=lambda *a: "on chip"), SimpleNamespace(symbol=off, func=lambda *a: "global")]
+    picks = {(8, 108): {864: "on chip", 865: "global", 1024: "global", 2000: "global", 3456: "global", 3457: None},
+             (9, 132): {1024: "on chip", 1200: "on chip", 1201: "global", 1280: "global", 2000: "global",
+                        4752: "global", 4753: None}}
+    for (major, sms), cases in picks.items():
+        props = SimpleNamespace(major=major, minor=0, multi_processor_count=sms)
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: props)
+        launch = buffers._co_resident(entry, kernels)
+        for H, want in cases.items():
+            if want is None:  # neither grid fits
+                with pytest.raises(cuda.CoResidencyError, match=f"H = {H}; {on}: .*cannot be resident.*; {off}: "):
+                    launch(None, torch.empty(0, H))
+                continue
+            assert launch(None, torch.empty(0, H)) == want, (major, sms, H)
+            if want == "global":  # the on-chip grid alone is refused there
+                with pytest.raises(cuda.CoResidencyError, match=f"{on}: .*cannot be resident"):
+                    cuda.persistent_choice(entry, [on], H, (major, 0), sms)
 
 
 @needs_nvcc

@@ -134,6 +134,12 @@ class _Grid:
 # an H200 (docs/gpu-check-h200-2026-12-04.md, T=50, B=32, H=256, 8 units a block): forward 0.66 ms
 # one at a time, 0.75 at 8, 0.59 at 16, 0.53 at 32; backward 1.04, 1.11, 1.02, 0.86
 CHUNK = 32
+# the same in the w_hh_global entry (no slice: a term's W_hh loads are global too).  Chosen for the
+# registers ptxas gives its kernels, which bound how many blocks an SM holds (so the largest H a grid
+# can be resident at): at 32, 168-254 a thread forward on sm_80 (2-3 blocks a SM); at 16, 72-128; at 8,
+# 64 (sm_80) and 56 (sm_90) in every entry, forward and backward, no spills; at 4, spills on sm_80.
+# Its speed against 32 is not measured (no GPU in that session)
+GLOBAL_CHUNK = 8
 
 
 def _chunked_sums(grid, extent, chunk: int, load, add) -> None:
@@ -170,7 +176,8 @@ class _Layer(ScheduleRule):
     a block against the warp / 4 = 8 before (with CHUNK 32): forward 0.44 against 0.53 ms, backward
     0.79 against 0.86 at T=50, B=32, H=256, the same at B=1 (docs/gpu-check-h200-2026-12-04.md)."""
 
-    KNOBS = {"UNITS": (4, 8, 16, 32), "WARPS": (1, 2, 4, 8), "CHUNK": (1, 4, 8, 16, 32)}
+    KNOBS = {"UNITS": (4, 8, 16, 32), "WARPS": (1, 2, 4, 8), "CHUNK": (1, 4, 8, 16, 32),
+             "GLOBAL_CHUNK": (1, 4, 8, 16, 32)}
 
     def derive(self, name, target):
         if name == "UNITS":
@@ -260,6 +267,10 @@ class _Layer(ScheduleRule):
         grid.block_sync()
         return wsh, _tir.let("fits", fits), index
 
+    def _chunk(self, target, w_hh_global: bool) -> int:
+        """Terms a thread loads together: CHUNK, GLOBAL_CHUNK in the ``w_hh_global`` entry."""
+        return self.knob("GLOBAL_CHUNK" if w_hh_global else "CHUNK", target)
+
     @staticmethod
     def _sums(w_slice, on_chip, from_global) -> None:
         """A step's sums: ``on_chip(buffer, index)`` reading the slice where it holds W_hh, else
@@ -316,7 +327,7 @@ class LstmLayerForward(_Layer):
                         p = _tir.let("p", tirx.max(tirx.min(L.previous_index(tt, reverse), Tn - 1), 0))
                         m = _tir.let("m", tirx.if_then_else(0 < t, tirx.min(n, a["batch_sizes"][p]), 0))
                         ctx = dict(a=a, w_slice=w_slice, U=U, H=H, B=B, tt=tt, n=n, p=p, m=m,
-                                   slots=slots, train=train, grid=grid, chunk=self.knob("CHUNK", target))
+                                   slots=slots, train=train, grid=grid, chunk=self._chunk(target, w_hh_global))
                         grid.phase(lambda bx, tx: self._step(ctx, bx, tx))
                         grid.grid_sync()
         return ib.get()
@@ -367,7 +378,7 @@ class LstmLayerBackward(_Layer):
 
         reverse = variant["reverse"]
         U, threads, slots = self.shape(target)
-        chunk = self.knob("CHUNK", target)
+        chunk = self._chunk(target, w_hh_global)
         op = te_defs.get(self.op)
         with IRBuilder() as ib:
             with T.prim_func():
