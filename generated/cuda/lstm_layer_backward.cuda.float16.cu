@@ -4,6 +4,8 @@
 // regenerate: fusedgrad generate --sources
 // fg_lstm_layer_backward_float16__none: variant {'reverse': False}, schedule rule LstmLayerBackward
 // fg_lstm_layer_backward_float16__reverse: variant {'reverse': True}, schedule rule LstmLayerBackward
+// fg_lstm_layer_backward_float16__reverse_w_hh_global: variant {'reverse': True, 'w_hh_global': True}, schedule rule LstmLayerBackward
+// fg_lstm_layer_backward_float16__w_hh_global: variant {'reverse': False, 'w_hh_global': True}, schedule rule LstmLayerBackward
 // ---- the grid barrier of the persistent kernels (fusedgrad targets/cuda_grid_sync.cuh)
 // A counter every block's thread 0 increments on arrival; the last to arrive sets it back to zero and
 // then advances the generation, which the others wait on.  The generation is read before arriving, so
@@ -161,6 +163,8 @@ __host__ __device__ half4 make_half4(__half x, __half y, __half z, __half w) {
 #endif
 extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float16__none_kernel(int* __restrict__ batch_sizes_ptr, half* __restrict__ c_ptr, half* __restrict__ c0_ptr, half* __restrict__ dc0_ptr, half* __restrict__ dgates_ptr, half* __restrict__ dgates_t_ptr, half* __restrict__ dh0_ptr, half* __restrict__ dy_ptr, half* __restrict__ f_ptr, half* __restrict__ g_ptr, half* __restrict__ grad_cy_ptr, half* __restrict__ grad_hy_ptr, half* __restrict__ i_ptr, half* __restrict__ o_ptr, half* __restrict__ tanhc_ptr, half* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1);
 extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float16__reverse_kernel(int* __restrict__ batch_sizes_ptr, half* __restrict__ c_ptr, half* __restrict__ c0_ptr, half* __restrict__ dc0_ptr, half* __restrict__ dgates_ptr, half* __restrict__ dgates_t_ptr, half* __restrict__ dh0_ptr, half* __restrict__ dy_ptr, half* __restrict__ f_ptr, half* __restrict__ g_ptr, half* __restrict__ grad_cy_ptr, half* __restrict__ grad_hy_ptr, half* __restrict__ i_ptr, half* __restrict__ o_ptr, half* __restrict__ tanhc_ptr, half* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1);
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float16__w_hh_global_kernel(int* __restrict__ batch_sizes_ptr, half* __restrict__ c_ptr, half* __restrict__ c0_ptr, half* __restrict__ dc0_ptr, half* __restrict__ dgates_ptr, half* __restrict__ dgates_t_ptr, half* __restrict__ dh0_ptr, half* __restrict__ dy_ptr, half* __restrict__ f_ptr, half* __restrict__ g_ptr, half* __restrict__ grad_cy_ptr, half* __restrict__ grad_hy_ptr, half* __restrict__ i_ptr, half* __restrict__ o_ptr, half* __restrict__ tanhc_ptr, half* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1);
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float16__reverse_w_hh_global_kernel(int* __restrict__ batch_sizes_ptr, half* __restrict__ c_ptr, half* __restrict__ c0_ptr, half* __restrict__ dc0_ptr, half* __restrict__ dgates_ptr, half* __restrict__ dgates_t_ptr, half* __restrict__ dh0_ptr, half* __restrict__ dy_ptr, half* __restrict__ f_ptr, half* __restrict__ g_ptr, half* __restrict__ grad_cy_ptr, half* __restrict__ grad_hy_ptr, half* __restrict__ i_ptr, half* __restrict__ o_ptr, half* __restrict__ tanhc_ptr, half* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1);
 extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float16__none_kernel(int* __restrict__ batch_sizes_ptr, half* __restrict__ c_ptr, half* __restrict__ c0_ptr, half* __restrict__ dc0_ptr, half* __restrict__ dgates_ptr, half* __restrict__ dgates_t_ptr, half* __restrict__ dh0_ptr, half* __restrict__ dy_ptr, half* __restrict__ f_ptr, half* __restrict__ g_ptr, half* __restrict__ grad_cy_ptr, half* __restrict__ grad_hy_ptr, half* __restrict__ i_ptr, half* __restrict__ o_ptr, half* __restrict__ tanhc_ptr, half* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1) {
   extern __shared__ __align__(64) half w_shared_ptr[];
   alignas(64) float dh_part_ptr[4];
@@ -1364,6 +1368,264 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float16
             dh_part_ptr[2] = (dh_part_ptr[2] + (((float)dgates_ptr[((((H >> 5) * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 2) * H)) + r_tail_1)]) * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + ((((H >> 5) * 32) + r_tail_1) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
             dh_part_ptr[3] = (dh_part_ptr[3] + (((float)dgates_ptr[((((H >> 5) * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 3) * H)) + r_tail_1)]) * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + ((((H >> 5) * 32) + r_tail_1) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
           }
+        }
+        dh0_ptr[(((((int)blockIdx.x) * 4) + (((q_3 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = ((half)(((dh_part_ptr[0] + dh_part_ptr[1]) + dh_part_ptr[2]) + dh_part_ptr[3]));
+      }
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float16__w_hh_global_kernel(int* __restrict__ batch_sizes_ptr, half* __restrict__ c_ptr, half* __restrict__ c0_ptr, half* __restrict__ dc0_ptr, half* __restrict__ dgates_ptr, half* __restrict__ dgates_t_ptr, half* __restrict__ dh0_ptr, half* __restrict__ dy_ptr, half* __restrict__ f_ptr, half* __restrict__ g_ptr, half* __restrict__ grad_cy_ptr, half* __restrict__ grad_hy_ptr, half* __restrict__ i_ptr, half* __restrict__ o_ptr, half* __restrict__ tanhc_ptr, half* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1) {
+  alignas(64) float dh_part_ptr[4];
+  alignas(64) float held_ptr[32];
+  if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+    for (int q = 0; q < (((B + 31) - (((int)threadIdx.x) >> 2)) >> 5); ++q) {
+      dh0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = grad_hy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * grad_hy_s0)) + (((int)threadIdx.x) & 3))];
+      dc0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = grad_cy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * grad_cy_s0)) + (((int)threadIdx.x) & 3))];
+    }
+  }
+  for (int s = 0; s < T; ++s) {
+    int tt = ((T - s) - 1);
+    int n = batch_sizes_ptr[((T - s) - 1)];
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+      for (int q_1 = 0; q_1 < (max(((n + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_1) {
+        float dh_t = (((float)dh0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))]) + ((float)dy_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * dy_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * dy_s1)) + (((int)threadIdx.x) & 3))]));
+        half condval;
+        if ((2 <= (T - s)) && (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < batch_sizes_ptr[max((min(((T - s) - 1), T) - 1), 0)])) {
+          condval = c_ptr[((((((int)blockIdx.x) * 4) + ((min(((T - s) - 1), T) - 1) * c_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * c_s1)) + (((int)threadIdx.x) & 3))];
+        } else {
+          condval = c0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * c0_s0)) + (((int)threadIdx.x) & 3))];
+        }
+        float c_prev = ((float)condval);
+        float dc_t = (((float)dc0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))]) + ((dh_t * ((float)o_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))])) * (0x1p+0f/*1.000000e+00*/ - (((float)tanhc_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))]) * ((float)tanhc_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))])))));
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) * H)) + (((int)threadIdx.x) & 3))] = ((half)(((dc_t * ((float)g_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))])) * ((float)i_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))])) * (0x1p+0f/*1.000000e+00*/ - ((float)i_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]))));
+        dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((((((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B))] = ((half)(((dc_t * ((float)g_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))])) * ((float)i_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))])) * (0x1p+0f/*1.000000e+00*/ - ((float)i_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]))));
+        dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H)) + (((int)threadIdx.x) & 3))] = ((half)(((dc_t * c_prev) * ((float)f_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))])) * (0x1p+0f/*1.000000e+00*/ - ((float)f_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]))));
+        dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((((int)blockIdx.x) * 4) + H) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B))] = ((half)(((dc_t * c_prev) * ((float)f_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))])) * (0x1p+0f/*1.000000e+00*/ - ((float)f_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]))));
+        dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 2) * H)) + (((int)threadIdx.x) & 3))] = ((half)((dc_t * ((float)i_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))])) * (0x1p+0f/*1.000000e+00*/ - (((float)g_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))]) * ((float)g_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))])))));
+        dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((((int)blockIdx.x) * 4) + (H * 2)) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B))] = ((half)((dc_t * ((float)i_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))])) * (0x1p+0f/*1.000000e+00*/ - (((float)g_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))]) * ((float)g_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))])))));
+        dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 3) * H)) + (((int)threadIdx.x) & 3))] = ((half)(((dh_t * ((float)tanhc_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))])) * ((float)o_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))])) * (0x1p+0f/*1.000000e+00*/ - ((float)o_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))]))));
+        dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((((int)blockIdx.x) * 4) + (H * 3)) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B))] = ((half)(((dh_t * ((float)tanhc_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))])) * ((float)o_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))])) * (0x1p+0f/*1.000000e+00*/ - ((float)o_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))]))));
+        dc0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = ((half)(dc_t * ((float)f_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))])));
+      }
+      for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
+        dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + (n * 4)) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((((((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B)) + n)] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + (n * 4)) + 1) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((((int)blockIdx.x) * 4) + H) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B)) + n)] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + (n * 4)) + 2) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((((int)blockIdx.x) * 4) + (H * 2)) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B)) + n)] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + (n * 4)) + 3) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((((int)blockIdx.x) * 4) + (H * 3)) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B)) + n)] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+      }
+    }
+    fg_grid_sync(((H + 3) >> 2));
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+      for (int q_3 = 0; q_3 < (max(((n + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_3) {
+        dh_part_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+        dh_part_ptr[1] = 0x0p+0f/*0.000000e+00*/;
+        dh_part_ptr[2] = 0x0p+0f/*0.000000e+00*/;
+        dh_part_ptr[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int r_outer = 0; r_outer < (H >> 3); ++r_outer) {
+          held_ptr[0] = ((float)dgates_ptr[((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) * H))]);
+          held_ptr[1] = ((float)dgates_ptr[((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H))]);
+          held_ptr[2] = ((float)dgates_ptr[((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 2) * H))]);
+          held_ptr[3] = ((float)dgates_ptr[((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 3) * H))]);
+          held_ptr[4] = ((float)dgates_ptr[(((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) * H)) + 1)]);
+          held_ptr[5] = ((float)dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H)) + 1)]);
+          held_ptr[6] = ((float)dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 2) * H)) + 1)]);
+          held_ptr[7] = ((float)dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 3) * H)) + 1)]);
+          held_ptr[8] = ((float)dgates_ptr[(((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) * H)) + 2)]);
+          held_ptr[9] = ((float)dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H)) + 2)]);
+          held_ptr[10] = ((float)dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 2) * H)) + 2)]);
+          held_ptr[11] = ((float)dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 3) * H)) + 2)]);
+          held_ptr[12] = ((float)dgates_ptr[(((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) * H)) + 3)]);
+          held_ptr[13] = ((float)dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H)) + 3)]);
+          held_ptr[14] = ((float)dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 2) * H)) + 3)]);
+          held_ptr[15] = ((float)dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 3) * H)) + 3)]);
+          held_ptr[16] = ((float)dgates_ptr[(((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) * H)) + 4)]);
+          held_ptr[17] = ((float)dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H)) + 4)]);
+          held_ptr[18] = ((float)dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 2) * H)) + 4)]);
+          held_ptr[19] = ((float)dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 3) * H)) + 4)]);
+          held_ptr[20] = ((float)dgates_ptr[(((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) * H)) + 5)]);
+          held_ptr[21] = ((float)dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H)) + 5)]);
+          held_ptr[22] = ((float)dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 2) * H)) + 5)]);
+          held_ptr[23] = ((float)dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 3) * H)) + 5)]);
+          held_ptr[24] = ((float)dgates_ptr[(((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) * H)) + 6)]);
+          held_ptr[25] = ((float)dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H)) + 6)]);
+          held_ptr[26] = ((float)dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 2) * H)) + 6)]);
+          held_ptr[27] = ((float)dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 3) * H)) + 6)]);
+          held_ptr[28] = ((float)dgates_ptr[(((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) * H)) + 7)]);
+          held_ptr[29] = ((float)dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H)) + 7)]);
+          held_ptr[30] = ((float)dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 2) * H)) + 7)]);
+          held_ptr[31] = ((float)dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 3) * H)) + 7)]);
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[0] * ((float)w_hh_ptr[((((r_outer * w_hh_s1) * 8) + (((int)blockIdx.x) * 4)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[1] * ((float)w_hh_ptr[(((((r_outer * w_hh_s1) * 8) + (((int)blockIdx.x) * 4)) + w_hh_s0) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[2] * ((float)w_hh_ptr[(((((r_outer * w_hh_s1) * 8) + (((int)blockIdx.x) * 4)) + (w_hh_s0 * 2)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[3] * ((float)w_hh_ptr[(((((r_outer * w_hh_s1) * 8) + (((int)blockIdx.x) * 4)) + (w_hh_s0 * 3)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[4] * ((float)w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer * 8) + 1) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[5] * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer * 8) + 1) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[6] * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer * 8) + 1) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[7] * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer * 8) + 1) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[8] * ((float)w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer * 8) + 2) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[9] * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer * 8) + 2) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[10] * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer * 8) + 2) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[11] * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer * 8) + 2) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[12] * ((float)w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer * 8) + 3) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[13] * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer * 8) + 3) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[14] * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer * 8) + 3) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[15] * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer * 8) + 3) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[16] * ((float)w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer * 8) + 4) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[17] * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer * 8) + 4) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[18] * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer * 8) + 4) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[19] * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer * 8) + 4) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[20] * ((float)w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer * 8) + 5) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[21] * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer * 8) + 5) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[22] * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer * 8) + 5) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[23] * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer * 8) + 5) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[24] * ((float)w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer * 8) + 6) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[25] * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer * 8) + 6) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[26] * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer * 8) + 6) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[27] * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer * 8) + 6) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[28] * ((float)w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer * 8) + 7) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[29] * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer * 8) + 7) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[30] * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer * 8) + 7) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[31] * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer * 8) + 7) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+        }
+        for (int r_tail = 0; r_tail < (H & 7); ++r_tail) {
+          dh_part_ptr[0] = (dh_part_ptr[0] + (((float)dgates_ptr[((((H >> 3) * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) * H)) + r_tail)]) * ((float)w_hh_ptr[(((((int)blockIdx.x) * 4) + ((((H >> 3) * 8) + r_tail) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (((float)dgates_ptr[((((H >> 3) * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H)) + r_tail)]) * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + ((((H >> 3) * 8) + r_tail) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (((float)dgates_ptr[((((H >> 3) * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 2) * H)) + r_tail)]) * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + ((((H >> 3) * 8) + r_tail) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (((float)dgates_ptr[((((H >> 3) * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 3) * H)) + r_tail)]) * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + ((((H >> 3) * 8) + r_tail) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+        }
+        dh0_ptr[(((((int)blockIdx.x) * 4) + (((q_3 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = ((half)(((dh_part_ptr[0] + dh_part_ptr[1]) + dh_part_ptr[2]) + dh_part_ptr[3]));
+      }
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float16__reverse_w_hh_global_kernel(int* __restrict__ batch_sizes_ptr, half* __restrict__ c_ptr, half* __restrict__ c0_ptr, half* __restrict__ dc0_ptr, half* __restrict__ dgates_ptr, half* __restrict__ dgates_t_ptr, half* __restrict__ dh0_ptr, half* __restrict__ dy_ptr, half* __restrict__ f_ptr, half* __restrict__ g_ptr, half* __restrict__ grad_cy_ptr, half* __restrict__ grad_hy_ptr, half* __restrict__ i_ptr, half* __restrict__ o_ptr, half* __restrict__ tanhc_ptr, half* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1) {
+  alignas(64) float dh_part_ptr[4];
+  alignas(64) float held_ptr[32];
+  if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+    for (int q = 0; q < (((B + 31) - (((int)threadIdx.x) >> 2)) >> 5); ++q) {
+      dh0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = grad_hy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * grad_hy_s0)) + (((int)threadIdx.x) & 3))];
+      dc0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = grad_cy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * grad_cy_s0)) + (((int)threadIdx.x) & 3))];
+    }
+  }
+  for (int s = 0; s < T; ++s) {
+    int tt = s;
+    int n = batch_sizes_ptr[s];
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+      for (int q_1 = 0; q_1 < (max(((n + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_1) {
+        float dh_t = (((float)dh0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))]) + ((float)dy_ptr[((((((int)blockIdx.x) * 4) + (s * dy_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * dy_s1)) + (((int)threadIdx.x) & 3))]));
+        half condval;
+        if (((s + 1) < T) && (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < batch_sizes_ptr[min((s + 1), (T - 1))])) {
+          condval = c_ptr[((((((int)blockIdx.x) * 4) + (min((s + 1), (T - 1)) * c_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * c_s1)) + (((int)threadIdx.x) & 3))];
+        } else {
+          condval = c0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * c0_s0)) + (((int)threadIdx.x) & 3))];
+        }
+        float c_prev = ((float)condval);
+        float dc_t = (((float)dc0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))]) + ((dh_t * ((float)o_ptr[((((((int)blockIdx.x) * 4) + (s * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))])) * (0x1p+0f/*1.000000e+00*/ - (((float)tanhc_ptr[((((((int)blockIdx.x) * 4) + (s * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))]) * ((float)tanhc_ptr[((((((int)blockIdx.x) * 4) + (s * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))])))));
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) * H)) + (((int)threadIdx.x) & 3))] = ((half)(((dc_t * ((float)g_ptr[((((((int)blockIdx.x) * 4) + (s * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))])) * ((float)i_ptr[((((((int)blockIdx.x) * 4) + (s * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))])) * (0x1p+0f/*1.000000e+00*/ - ((float)i_ptr[((((((int)blockIdx.x) * 4) + (s * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]))));
+        dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * T) + s) * B))] = ((half)(((dc_t * ((float)g_ptr[((((((int)blockIdx.x) * 4) + (s * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))])) * ((float)i_ptr[((((((int)blockIdx.x) * 4) + (s * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))])) * (0x1p+0f/*1.000000e+00*/ - ((float)i_ptr[((((((int)blockIdx.x) * 4) + (s * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]))));
+        dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 1) * H)) + (((int)threadIdx.x) & 3))] = ((half)(((dc_t * c_prev) * ((float)f_ptr[((((((int)blockIdx.x) * 4) + (s * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))])) * (0x1p+0f/*1.000000e+00*/ - ((float)f_ptr[((((((int)blockIdx.x) * 4) + (s * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]))));
+        dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((int)blockIdx.x) * 4) + H) + (((int)threadIdx.x) & 3)) * T) + s) * B))] = ((half)(((dc_t * c_prev) * ((float)f_ptr[((((((int)blockIdx.x) * 4) + (s * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))])) * (0x1p+0f/*1.000000e+00*/ - ((float)f_ptr[((((((int)blockIdx.x) * 4) + (s * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]))));
+        dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 2) * H)) + (((int)threadIdx.x) & 3))] = ((half)((dc_t * ((float)i_ptr[((((((int)blockIdx.x) * 4) + (s * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))])) * (0x1p+0f/*1.000000e+00*/ - (((float)g_ptr[((((((int)blockIdx.x) * 4) + (s * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))]) * ((float)g_ptr[((((((int)blockIdx.x) * 4) + (s * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))])))));
+        dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((int)blockIdx.x) * 4) + (H * 2)) + (((int)threadIdx.x) & 3)) * T) + s) * B))] = ((half)((dc_t * ((float)i_ptr[((((((int)blockIdx.x) * 4) + (s * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))])) * (0x1p+0f/*1.000000e+00*/ - (((float)g_ptr[((((((int)blockIdx.x) * 4) + (s * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))]) * ((float)g_ptr[((((((int)blockIdx.x) * 4) + (s * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))])))));
+        dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 3) * H)) + (((int)threadIdx.x) & 3))] = ((half)(((dh_t * ((float)tanhc_ptr[((((((int)blockIdx.x) * 4) + (s * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))])) * ((float)o_ptr[((((((int)blockIdx.x) * 4) + (s * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))])) * (0x1p+0f/*1.000000e+00*/ - ((float)o_ptr[((((((int)blockIdx.x) * 4) + (s * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))]))));
+        dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((int)blockIdx.x) * 4) + (H * 3)) + (((int)threadIdx.x) & 3)) * T) + s) * B))] = ((half)(((dh_t * ((float)tanhc_ptr[((((((int)blockIdx.x) * 4) + (s * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))])) * ((float)o_ptr[((((((int)blockIdx.x) * 4) + (s * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))])) * (0x1p+0f/*1.000000e+00*/ - ((float)o_ptr[((((((int)blockIdx.x) * 4) + (s * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))]))));
+        dc0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = ((half)(dc_t * ((float)f_ptr[((((((int)blockIdx.x) * 4) + (s * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))])));
+      }
+      for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
+        dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + (n * 4)) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * T) + s) * B)) + n)] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + (n * 4)) + 1) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((int)blockIdx.x) * 4) + H) + (((int)threadIdx.x) & 3)) * T) + s) * B)) + n)] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + (n * 4)) + 2) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((int)blockIdx.x) * 4) + (H * 2)) + (((int)threadIdx.x) & 3)) * T) + s) * B)) + n)] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + (n * 4)) + 3) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((int)blockIdx.x) * 4) + (H * 3)) + (((int)threadIdx.x) & 3)) * T) + s) * B)) + n)] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+      }
+    }
+    fg_grid_sync(((H + 3) >> 2));
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+      for (int q_3 = 0; q_3 < (max(((n + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_3) {
+        dh_part_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+        dh_part_ptr[1] = 0x0p+0f/*0.000000e+00*/;
+        dh_part_ptr[2] = 0x0p+0f/*0.000000e+00*/;
+        dh_part_ptr[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int r_outer = 0; r_outer < (H >> 3); ++r_outer) {
+          held_ptr[0] = ((float)dgates_ptr[((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) * H))]);
+          held_ptr[1] = ((float)dgates_ptr[((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 1) * H))]);
+          held_ptr[2] = ((float)dgates_ptr[((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 2) * H))]);
+          held_ptr[3] = ((float)dgates_ptr[((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 3) * H))]);
+          held_ptr[4] = ((float)dgates_ptr[(((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) * H)) + 1)]);
+          held_ptr[5] = ((float)dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 1) * H)) + 1)]);
+          held_ptr[6] = ((float)dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 2) * H)) + 1)]);
+          held_ptr[7] = ((float)dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 3) * H)) + 1)]);
+          held_ptr[8] = ((float)dgates_ptr[(((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) * H)) + 2)]);
+          held_ptr[9] = ((float)dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 1) * H)) + 2)]);
+          held_ptr[10] = ((float)dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 2) * H)) + 2)]);
+          held_ptr[11] = ((float)dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 3) * H)) + 2)]);
+          held_ptr[12] = ((float)dgates_ptr[(((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) * H)) + 3)]);
+          held_ptr[13] = ((float)dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 1) * H)) + 3)]);
+          held_ptr[14] = ((float)dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 2) * H)) + 3)]);
+          held_ptr[15] = ((float)dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 3) * H)) + 3)]);
+          held_ptr[16] = ((float)dgates_ptr[(((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) * H)) + 4)]);
+          held_ptr[17] = ((float)dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 1) * H)) + 4)]);
+          held_ptr[18] = ((float)dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 2) * H)) + 4)]);
+          held_ptr[19] = ((float)dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 3) * H)) + 4)]);
+          held_ptr[20] = ((float)dgates_ptr[(((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) * H)) + 5)]);
+          held_ptr[21] = ((float)dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 1) * H)) + 5)]);
+          held_ptr[22] = ((float)dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 2) * H)) + 5)]);
+          held_ptr[23] = ((float)dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 3) * H)) + 5)]);
+          held_ptr[24] = ((float)dgates_ptr[(((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) * H)) + 6)]);
+          held_ptr[25] = ((float)dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 1) * H)) + 6)]);
+          held_ptr[26] = ((float)dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 2) * H)) + 6)]);
+          held_ptr[27] = ((float)dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 3) * H)) + 6)]);
+          held_ptr[28] = ((float)dgates_ptr[(((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) * H)) + 7)]);
+          held_ptr[29] = ((float)dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 1) * H)) + 7)]);
+          held_ptr[30] = ((float)dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 2) * H)) + 7)]);
+          held_ptr[31] = ((float)dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 3) * H)) + 7)]);
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[0] * ((float)w_hh_ptr[((((r_outer * w_hh_s1) * 8) + (((int)blockIdx.x) * 4)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[1] * ((float)w_hh_ptr[(((((r_outer * w_hh_s1) * 8) + (((int)blockIdx.x) * 4)) + w_hh_s0) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[2] * ((float)w_hh_ptr[(((((r_outer * w_hh_s1) * 8) + (((int)blockIdx.x) * 4)) + (w_hh_s0 * 2)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[3] * ((float)w_hh_ptr[(((((r_outer * w_hh_s1) * 8) + (((int)blockIdx.x) * 4)) + (w_hh_s0 * 3)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[4] * ((float)w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer * 8) + 1) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[5] * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer * 8) + 1) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[6] * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer * 8) + 1) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[7] * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer * 8) + 1) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[8] * ((float)w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer * 8) + 2) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[9] * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer * 8) + 2) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[10] * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer * 8) + 2) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[11] * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer * 8) + 2) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[12] * ((float)w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer * 8) + 3) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[13] * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer * 8) + 3) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[14] * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer * 8) + 3) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[15] * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer * 8) + 3) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[16] * ((float)w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer * 8) + 4) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[17] * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer * 8) + 4) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[18] * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer * 8) + 4) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[19] * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer * 8) + 4) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[20] * ((float)w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer * 8) + 5) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[21] * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer * 8) + 5) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[22] * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer * 8) + 5) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[23] * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer * 8) + 5) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[24] * ((float)w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer * 8) + 6) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[25] * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer * 8) + 6) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[26] * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer * 8) + 6) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[27] * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer * 8) + 6) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[28] * ((float)w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer * 8) + 7) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[29] * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer * 8) + 7) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[30] * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer * 8) + 7) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[31] * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer * 8) + 7) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+        }
+        for (int r_tail = 0; r_tail < (H & 7); ++r_tail) {
+          dh_part_ptr[0] = (dh_part_ptr[0] + (((float)dgates_ptr[((((H >> 3) * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) * H)) + r_tail)]) * ((float)w_hh_ptr[(((((int)blockIdx.x) * 4) + ((((H >> 3) * 8) + r_tail) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (((float)dgates_ptr[((((H >> 3) * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 1) * H)) + r_tail)]) * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + ((((H >> 3) * 8) + r_tail) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (((float)dgates_ptr[((((H >> 3) * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 2) * H)) + r_tail)]) * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + ((((H >> 3) * 8) + r_tail) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (((float)dgates_ptr[((((H >> 3) * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 3) * H)) + r_tail)]) * ((float)w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + ((((H >> 3) * 8) + r_tail) * w_hh_s1)) + (((int)threadIdx.x) & 3))])));
         }
         dh0_ptr[(((((int)blockIdx.x) * 4) + (((q_3 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = ((half)(((dh_part_ptr[0] + dh_part_ptr[1]) + dh_part_ptr[2]) + dh_part_ptr[3]));
       }

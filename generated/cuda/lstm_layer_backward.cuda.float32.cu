@@ -4,6 +4,8 @@
 // regenerate: fusedgrad generate --sources
 // fg_lstm_layer_backward_float32__none: variant {'reverse': False}, schedule rule LstmLayerBackward
 // fg_lstm_layer_backward_float32__reverse: variant {'reverse': True}, schedule rule LstmLayerBackward
+// fg_lstm_layer_backward_float32__reverse_w_hh_global: variant {'reverse': True, 'w_hh_global': True}, schedule rule LstmLayerBackward
+// fg_lstm_layer_backward_float32__w_hh_global: variant {'reverse': False, 'w_hh_global': True}, schedule rule LstmLayerBackward
 // ---- the grid barrier of the persistent kernels (fusedgrad targets/cuda_grid_sync.cuh)
 // A counter every block's thread 0 increments on arrival; the last to arrive sets it back to zero and
 // then advances the generation, which the others wait on.  The generation is read before arriving, so
@@ -93,6 +95,8 @@ static __device__ __forceinline__ int fg_grid_sync(unsigned int blocks) {
 #endif
 extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float32__none_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ dc0_ptr, float* __restrict__ dgates_ptr, float* __restrict__ dgates_t_ptr, float* __restrict__ dh0_ptr, float* __restrict__ dy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ grad_cy_ptr, float* __restrict__ grad_hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1);
 extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float32__reverse_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ dc0_ptr, float* __restrict__ dgates_ptr, float* __restrict__ dgates_t_ptr, float* __restrict__ dh0_ptr, float* __restrict__ dy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ grad_cy_ptr, float* __restrict__ grad_hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1);
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float32__w_hh_global_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ dc0_ptr, float* __restrict__ dgates_ptr, float* __restrict__ dgates_t_ptr, float* __restrict__ dh0_ptr, float* __restrict__ dy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ grad_cy_ptr, float* __restrict__ grad_hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1);
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float32__reverse_w_hh_global_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ dc0_ptr, float* __restrict__ dgates_ptr, float* __restrict__ dgates_t_ptr, float* __restrict__ dh0_ptr, float* __restrict__ dy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ grad_cy_ptr, float* __restrict__ grad_hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1);
 extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float32__none_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ dc0_ptr, float* __restrict__ dgates_ptr, float* __restrict__ dgates_t_ptr, float* __restrict__ dh0_ptr, float* __restrict__ dy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ grad_cy_ptr, float* __restrict__ grad_hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1) {
   extern __shared__ __align__(64) float w_shared_ptr[];
   alignas(64) float dh_part_ptr[4];
@@ -1296,6 +1300,264 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float32
             dh_part_ptr[2] = (dh_part_ptr[2] + (dgates_ptr[((((H >> 5) * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 2) * H)) + r_tail_1)] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + ((((H >> 5) * 32) + r_tail_1) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (dgates_ptr[((((H >> 5) * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 3) * H)) + r_tail_1)] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + ((((H >> 5) * 32) + r_tail_1) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
           }
+        }
+        dh0_ptr[(((((int)blockIdx.x) * 4) + (((q_3 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (((dh_part_ptr[0] + dh_part_ptr[1]) + dh_part_ptr[2]) + dh_part_ptr[3]);
+      }
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float32__w_hh_global_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ dc0_ptr, float* __restrict__ dgates_ptr, float* __restrict__ dgates_t_ptr, float* __restrict__ dh0_ptr, float* __restrict__ dy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ grad_cy_ptr, float* __restrict__ grad_hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1) {
+  alignas(64) float dh_part_ptr[4];
+  alignas(64) float held_ptr[32];
+  if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+    for (int q = 0; q < (((B + 31) - (((int)threadIdx.x) >> 2)) >> 5); ++q) {
+      dh0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = grad_hy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * grad_hy_s0)) + (((int)threadIdx.x) & 3))];
+      dc0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = grad_cy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * grad_cy_s0)) + (((int)threadIdx.x) & 3))];
+    }
+  }
+  for (int s = 0; s < T; ++s) {
+    int tt = ((T - s) - 1);
+    int n = batch_sizes_ptr[((T - s) - 1)];
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+      for (int q_1 = 0; q_1 < (max(((n + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_1) {
+        float dh_t = (dh0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] + dy_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * dy_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * dy_s1)) + (((int)threadIdx.x) & 3))]);
+        float condval;
+        if ((2 <= (T - s)) && (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < batch_sizes_ptr[max((min(((T - s) - 1), T) - 1), 0)])) {
+          condval = c_ptr[((((((int)blockIdx.x) * 4) + ((min(((T - s) - 1), T) - 1) * c_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * c_s1)) + (((int)threadIdx.x) & 3))];
+        } else {
+          condval = c0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * c0_s0)) + (((int)threadIdx.x) & 3))];
+        }
+        float c_prev = condval;
+        float dc_t = (dc0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] + ((dh_t * o_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - (tanhc_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))] * tanhc_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))]))));
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) * H)) + (((int)threadIdx.x) & 3))] = (((dc_t * g_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))]) * i_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - i_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]));
+        dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((((((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B))] = (((dc_t * g_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))]) * i_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - i_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]));
+        dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H)) + (((int)threadIdx.x) & 3))] = (((dc_t * c_prev) * f_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - f_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]));
+        dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((((int)blockIdx.x) * 4) + H) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B))] = (((dc_t * c_prev) * f_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - f_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]));
+        dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 2) * H)) + (((int)threadIdx.x) & 3))] = ((dc_t * i_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - (g_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))] * g_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))])));
+        dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((((int)blockIdx.x) * 4) + (H * 2)) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B))] = ((dc_t * i_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - (g_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))] * g_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))])));
+        dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 3) * H)) + (((int)threadIdx.x) & 3))] = (((dh_t * tanhc_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))]) * o_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - o_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))]));
+        dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((((int)blockIdx.x) * 4) + (H * 3)) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B))] = (((dh_t * tanhc_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))]) * o_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - o_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))]));
+        dc0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (dc_t * f_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]);
+      }
+      for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
+        dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + (n * 4)) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((((((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B)) + n)] = 0x0p+0f/*0.000000e+00*/;
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + (n * 4)) + 1) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((((int)blockIdx.x) * 4) + H) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B)) + n)] = 0x0p+0f/*0.000000e+00*/;
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + (n * 4)) + 2) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((((int)blockIdx.x) * 4) + (H * 2)) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B)) + n)] = 0x0p+0f/*0.000000e+00*/;
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + (n * 4)) + 3) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((((int)blockIdx.x) * 4) + (H * 3)) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B)) + n)] = 0x0p+0f/*0.000000e+00*/;
+      }
+    }
+    fg_grid_sync(((H + 3) >> 2));
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+      for (int q_3 = 0; q_3 < (max(((n + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_3) {
+        dh_part_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+        dh_part_ptr[1] = 0x0p+0f/*0.000000e+00*/;
+        dh_part_ptr[2] = 0x0p+0f/*0.000000e+00*/;
+        dh_part_ptr[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int r_outer = 0; r_outer < (H >> 3); ++r_outer) {
+          held_ptr[0] = dgates_ptr[((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) * H))];
+          held_ptr[1] = dgates_ptr[((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H))];
+          held_ptr[2] = dgates_ptr[((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 2) * H))];
+          held_ptr[3] = dgates_ptr[((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 3) * H))];
+          held_ptr[4] = dgates_ptr[(((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) * H)) + 1)];
+          held_ptr[5] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H)) + 1)];
+          held_ptr[6] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 2) * H)) + 1)];
+          held_ptr[7] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 3) * H)) + 1)];
+          held_ptr[8] = dgates_ptr[(((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) * H)) + 2)];
+          held_ptr[9] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H)) + 2)];
+          held_ptr[10] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 2) * H)) + 2)];
+          held_ptr[11] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 3) * H)) + 2)];
+          held_ptr[12] = dgates_ptr[(((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) * H)) + 3)];
+          held_ptr[13] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H)) + 3)];
+          held_ptr[14] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 2) * H)) + 3)];
+          held_ptr[15] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 3) * H)) + 3)];
+          held_ptr[16] = dgates_ptr[(((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) * H)) + 4)];
+          held_ptr[17] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H)) + 4)];
+          held_ptr[18] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 2) * H)) + 4)];
+          held_ptr[19] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 3) * H)) + 4)];
+          held_ptr[20] = dgates_ptr[(((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) * H)) + 5)];
+          held_ptr[21] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H)) + 5)];
+          held_ptr[22] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 2) * H)) + 5)];
+          held_ptr[23] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 3) * H)) + 5)];
+          held_ptr[24] = dgates_ptr[(((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) * H)) + 6)];
+          held_ptr[25] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H)) + 6)];
+          held_ptr[26] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 2) * H)) + 6)];
+          held_ptr[27] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 3) * H)) + 6)];
+          held_ptr[28] = dgates_ptr[(((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) * H)) + 7)];
+          held_ptr[29] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H)) + 7)];
+          held_ptr[30] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 2) * H)) + 7)];
+          held_ptr[31] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 3) * H)) + 7)];
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[0] * w_hh_ptr[((((r_outer * w_hh_s1) * 8) + (((int)blockIdx.x) * 4)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[1] * w_hh_ptr[(((((r_outer * w_hh_s1) * 8) + (((int)blockIdx.x) * 4)) + w_hh_s0) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[2] * w_hh_ptr[(((((r_outer * w_hh_s1) * 8) + (((int)blockIdx.x) * 4)) + (w_hh_s0 * 2)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[3] * w_hh_ptr[(((((r_outer * w_hh_s1) * 8) + (((int)blockIdx.x) * 4)) + (w_hh_s0 * 3)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[4] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer * 8) + 1) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[5] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer * 8) + 1) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[6] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer * 8) + 1) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[7] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer * 8) + 1) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[8] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer * 8) + 2) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[9] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer * 8) + 2) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[10] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer * 8) + 2) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[11] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer * 8) + 2) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[12] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer * 8) + 3) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[13] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer * 8) + 3) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[14] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer * 8) + 3) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[15] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer * 8) + 3) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[16] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer * 8) + 4) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[17] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer * 8) + 4) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[18] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer * 8) + 4) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[19] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer * 8) + 4) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[20] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer * 8) + 5) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[21] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer * 8) + 5) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[22] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer * 8) + 5) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[23] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer * 8) + 5) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[24] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer * 8) + 6) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[25] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer * 8) + 6) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[26] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer * 8) + 6) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[27] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer * 8) + 6) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[28] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer * 8) + 7) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[29] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer * 8) + 7) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[30] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer * 8) + 7) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[31] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer * 8) + 7) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+        }
+        for (int r_tail = 0; r_tail < (H & 7); ++r_tail) {
+          dh_part_ptr[0] = (dh_part_ptr[0] + (dgates_ptr[((((H >> 3) * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) * H)) + r_tail)] * w_hh_ptr[(((((int)blockIdx.x) * 4) + ((((H >> 3) * 8) + r_tail) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (dgates_ptr[((((H >> 3) * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H)) + r_tail)] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + ((((H >> 3) * 8) + r_tail) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (dgates_ptr[((((H >> 3) * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 2) * H)) + r_tail)] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + ((((H >> 3) * 8) + r_tail) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (dgates_ptr[((((H >> 3) * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 3) * H)) + r_tail)] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + ((((H >> 3) * 8) + r_tail) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+        }
+        dh0_ptr[(((((int)blockIdx.x) * 4) + (((q_3 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (((dh_part_ptr[0] + dh_part_ptr[1]) + dh_part_ptr[2]) + dh_part_ptr[3]);
+      }
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float32__reverse_w_hh_global_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ dc0_ptr, float* __restrict__ dgates_ptr, float* __restrict__ dgates_t_ptr, float* __restrict__ dh0_ptr, float* __restrict__ dy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ grad_cy_ptr, float* __restrict__ grad_hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1) {
+  alignas(64) float dh_part_ptr[4];
+  alignas(64) float held_ptr[32];
+  if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+    for (int q = 0; q < (((B + 31) - (((int)threadIdx.x) >> 2)) >> 5); ++q) {
+      dh0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = grad_hy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * grad_hy_s0)) + (((int)threadIdx.x) & 3))];
+      dc0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = grad_cy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * grad_cy_s0)) + (((int)threadIdx.x) & 3))];
+    }
+  }
+  for (int s = 0; s < T; ++s) {
+    int tt = s;
+    int n = batch_sizes_ptr[s];
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+      for (int q_1 = 0; q_1 < (max(((n + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_1) {
+        float dh_t = (dh0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] + dy_ptr[((((((int)blockIdx.x) * 4) + (s * dy_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * dy_s1)) + (((int)threadIdx.x) & 3))]);
+        float condval;
+        if (((s + 1) < T) && (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < batch_sizes_ptr[min((s + 1), (T - 1))])) {
+          condval = c_ptr[((((((int)blockIdx.x) * 4) + (min((s + 1), (T - 1)) * c_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * c_s1)) + (((int)threadIdx.x) & 3))];
+        } else {
+          condval = c0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * c0_s0)) + (((int)threadIdx.x) & 3))];
+        }
+        float c_prev = condval;
+        float dc_t = (dc0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] + ((dh_t * o_ptr[((((((int)blockIdx.x) * 4) + (s * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - (tanhc_ptr[((((((int)blockIdx.x) * 4) + (s * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))] * tanhc_ptr[((((((int)blockIdx.x) * 4) + (s * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))]))));
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) * H)) + (((int)threadIdx.x) & 3))] = (((dc_t * g_ptr[((((((int)blockIdx.x) * 4) + (s * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))]) * i_ptr[((((((int)blockIdx.x) * 4) + (s * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - i_ptr[((((((int)blockIdx.x) * 4) + (s * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]));
+        dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * T) + s) * B))] = (((dc_t * g_ptr[((((((int)blockIdx.x) * 4) + (s * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))]) * i_ptr[((((((int)blockIdx.x) * 4) + (s * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - i_ptr[((((((int)blockIdx.x) * 4) + (s * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]));
+        dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 1) * H)) + (((int)threadIdx.x) & 3))] = (((dc_t * c_prev) * f_ptr[((((((int)blockIdx.x) * 4) + (s * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - f_ptr[((((((int)blockIdx.x) * 4) + (s * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]));
+        dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((int)blockIdx.x) * 4) + H) + (((int)threadIdx.x) & 3)) * T) + s) * B))] = (((dc_t * c_prev) * f_ptr[((((((int)blockIdx.x) * 4) + (s * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - f_ptr[((((((int)blockIdx.x) * 4) + (s * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]));
+        dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 2) * H)) + (((int)threadIdx.x) & 3))] = ((dc_t * i_ptr[((((((int)blockIdx.x) * 4) + (s * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - (g_ptr[((((((int)blockIdx.x) * 4) + (s * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))] * g_ptr[((((((int)blockIdx.x) * 4) + (s * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))])));
+        dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((int)blockIdx.x) * 4) + (H * 2)) + (((int)threadIdx.x) & 3)) * T) + s) * B))] = ((dc_t * i_ptr[((((((int)blockIdx.x) * 4) + (s * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - (g_ptr[((((((int)blockIdx.x) * 4) + (s * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))] * g_ptr[((((((int)blockIdx.x) * 4) + (s * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))])));
+        dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 3) * H)) + (((int)threadIdx.x) & 3))] = (((dh_t * tanhc_ptr[((((((int)blockIdx.x) * 4) + (s * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))]) * o_ptr[((((((int)blockIdx.x) * 4) + (s * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - o_ptr[((((((int)blockIdx.x) * 4) + (s * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))]));
+        dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((int)blockIdx.x) * 4) + (H * 3)) + (((int)threadIdx.x) & 3)) * T) + s) * B))] = (((dh_t * tanhc_ptr[((((((int)blockIdx.x) * 4) + (s * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))]) * o_ptr[((((((int)blockIdx.x) * 4) + (s * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - o_ptr[((((((int)blockIdx.x) * 4) + (s * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))]));
+        dc0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (dc_t * f_ptr[((((((int)blockIdx.x) * 4) + (s * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]);
+      }
+      for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
+        dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + (n * 4)) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * T) + s) * B)) + n)] = 0x0p+0f/*0.000000e+00*/;
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + (n * 4)) + 1) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((int)blockIdx.x) * 4) + H) + (((int)threadIdx.x) & 3)) * T) + s) * B)) + n)] = 0x0p+0f/*0.000000e+00*/;
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + (n * 4)) + 2) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((int)blockIdx.x) * 4) + (H * 2)) + (((int)threadIdx.x) & 3)) * T) + s) * B)) + n)] = 0x0p+0f/*0.000000e+00*/;
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + (n * 4)) + 3) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((int)blockIdx.x) * 4) + (H * 3)) + (((int)threadIdx.x) & 3)) * T) + s) * B)) + n)] = 0x0p+0f/*0.000000e+00*/;
+      }
+    }
+    fg_grid_sync(((H + 3) >> 2));
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+      for (int q_3 = 0; q_3 < (max(((n + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_3) {
+        dh_part_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+        dh_part_ptr[1] = 0x0p+0f/*0.000000e+00*/;
+        dh_part_ptr[2] = 0x0p+0f/*0.000000e+00*/;
+        dh_part_ptr[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int r_outer = 0; r_outer < (H >> 3); ++r_outer) {
+          held_ptr[0] = dgates_ptr[((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) * H))];
+          held_ptr[1] = dgates_ptr[((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 1) * H))];
+          held_ptr[2] = dgates_ptr[((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 2) * H))];
+          held_ptr[3] = dgates_ptr[((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 3) * H))];
+          held_ptr[4] = dgates_ptr[(((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) * H)) + 1)];
+          held_ptr[5] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 1) * H)) + 1)];
+          held_ptr[6] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 2) * H)) + 1)];
+          held_ptr[7] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 3) * H)) + 1)];
+          held_ptr[8] = dgates_ptr[(((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) * H)) + 2)];
+          held_ptr[9] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 1) * H)) + 2)];
+          held_ptr[10] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 2) * H)) + 2)];
+          held_ptr[11] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 3) * H)) + 2)];
+          held_ptr[12] = dgates_ptr[(((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) * H)) + 3)];
+          held_ptr[13] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 1) * H)) + 3)];
+          held_ptr[14] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 2) * H)) + 3)];
+          held_ptr[15] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 3) * H)) + 3)];
+          held_ptr[16] = dgates_ptr[(((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) * H)) + 4)];
+          held_ptr[17] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 1) * H)) + 4)];
+          held_ptr[18] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 2) * H)) + 4)];
+          held_ptr[19] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 3) * H)) + 4)];
+          held_ptr[20] = dgates_ptr[(((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) * H)) + 5)];
+          held_ptr[21] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 1) * H)) + 5)];
+          held_ptr[22] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 2) * H)) + 5)];
+          held_ptr[23] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 3) * H)) + 5)];
+          held_ptr[24] = dgates_ptr[(((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) * H)) + 6)];
+          held_ptr[25] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 1) * H)) + 6)];
+          held_ptr[26] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 2) * H)) + 6)];
+          held_ptr[27] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 3) * H)) + 6)];
+          held_ptr[28] = dgates_ptr[(((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) * H)) + 7)];
+          held_ptr[29] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 1) * H)) + 7)];
+          held_ptr[30] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 2) * H)) + 7)];
+          held_ptr[31] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 3) * H)) + 7)];
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[0] * w_hh_ptr[((((r_outer * w_hh_s1) * 8) + (((int)blockIdx.x) * 4)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[1] * w_hh_ptr[(((((r_outer * w_hh_s1) * 8) + (((int)blockIdx.x) * 4)) + w_hh_s0) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[2] * w_hh_ptr[(((((r_outer * w_hh_s1) * 8) + (((int)blockIdx.x) * 4)) + (w_hh_s0 * 2)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[3] * w_hh_ptr[(((((r_outer * w_hh_s1) * 8) + (((int)blockIdx.x) * 4)) + (w_hh_s0 * 3)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[4] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer * 8) + 1) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[5] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer * 8) + 1) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[6] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer * 8) + 1) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[7] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer * 8) + 1) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[8] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer * 8) + 2) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[9] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer * 8) + 2) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[10] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer * 8) + 2) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[11] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer * 8) + 2) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[12] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer * 8) + 3) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[13] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer * 8) + 3) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[14] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer * 8) + 3) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[15] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer * 8) + 3) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[16] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer * 8) + 4) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[17] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer * 8) + 4) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[18] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer * 8) + 4) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[19] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer * 8) + 4) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[20] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer * 8) + 5) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[21] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer * 8) + 5) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[22] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer * 8) + 5) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[23] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer * 8) + 5) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[24] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer * 8) + 6) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[25] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer * 8) + 6) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[26] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer * 8) + 6) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[27] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer * 8) + 6) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[28] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer * 8) + 7) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[29] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer * 8) + 7) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[30] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer * 8) + 7) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[31] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer * 8) + 7) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+        }
+        for (int r_tail = 0; r_tail < (H & 7); ++r_tail) {
+          dh_part_ptr[0] = (dh_part_ptr[0] + (dgates_ptr[((((H >> 3) * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) * H)) + r_tail)] * w_hh_ptr[(((((int)blockIdx.x) * 4) + ((((H >> 3) * 8) + r_tail) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (dgates_ptr[((((H >> 3) * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 1) * H)) + r_tail)] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + ((((H >> 3) * 8) + r_tail) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (dgates_ptr[((((H >> 3) * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 2) * H)) + r_tail)] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + ((((H >> 3) * 8) + r_tail) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (dgates_ptr[((((H >> 3) * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 3) * H)) + r_tail)] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + ((((H >> 3) * 8) + r_tail) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
         }
         dh0_ptr[(((((int)blockIdx.x) * 4) + (((q_3 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (((dh_part_ptr[0] + dh_part_ptr[1]) + dh_part_ptr[2]) + dh_part_ptr[3]);
       }

@@ -5,7 +5,11 @@
 // fg_lstm_layer_forward_float16__none: variant {'train': False, 'reverse': False}, schedule rule LstmLayerForward
 // fg_lstm_layer_forward_float16__reverse: variant {'train': False, 'reverse': True}, schedule rule LstmLayerForward
 // fg_lstm_layer_forward_float16__reverse_train: variant {'train': True, 'reverse': True}, schedule rule LstmLayerForward
+// fg_lstm_layer_forward_float16__reverse_train_w_hh_global: variant {'train': True, 'reverse': True, 'w_hh_global': True}, schedule rule LstmLayerForward
+// fg_lstm_layer_forward_float16__reverse_w_hh_global: variant {'train': False, 'reverse': True, 'w_hh_global': True}, schedule rule LstmLayerForward
 // fg_lstm_layer_forward_float16__train: variant {'train': True, 'reverse': False}, schedule rule LstmLayerForward
+// fg_lstm_layer_forward_float16__train_w_hh_global: variant {'train': True, 'reverse': False, 'w_hh_global': True}, schedule rule LstmLayerForward
+// fg_lstm_layer_forward_float16__w_hh_global: variant {'train': False, 'reverse': False, 'w_hh_global': True}, schedule rule LstmLayerForward
 // ---- the grid barrier of the persistent kernels (fusedgrad targets/cuda_grid_sync.cuh)
 // A counter every block's thread 0 increments on arrival; the last to arrive sets it back to zero and
 // then advances the generation, which the others wait on.  The generation is read before arriving, so
@@ -165,6 +169,10 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float16_
 extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float16__reverse_train_kernel(int* __restrict__ batch_sizes_ptr, half* __restrict__ c_ptr, half* __restrict__ c0_ptr, half* __restrict__ cy_ptr, half* __restrict__ f_ptr, half* __restrict__ g_ptr, half* __restrict__ h_ptr, half* __restrict__ h0_ptr, half* __restrict__ hy_ptr, half* __restrict__ i_ptr, half* __restrict__ o_ptr, half* __restrict__ tanhc_ptr, half* __restrict__ w_hh_ptr, half* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
 extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float16__none_kernel(int* __restrict__ batch_sizes_ptr, half* __restrict__ c0_ptr, half* __restrict__ cy_ptr, half* __restrict__ h_ptr, half* __restrict__ h0_ptr, half* __restrict__ hy_ptr, half* __restrict__ w_hh_ptr, half* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
 extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float16__reverse_kernel(int* __restrict__ batch_sizes_ptr, half* __restrict__ c0_ptr, half* __restrict__ cy_ptr, half* __restrict__ h_ptr, half* __restrict__ h0_ptr, half* __restrict__ hy_ptr, half* __restrict__ w_hh_ptr, half* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float16__train_w_hh_global_kernel(int* __restrict__ batch_sizes_ptr, half* __restrict__ c_ptr, half* __restrict__ c0_ptr, half* __restrict__ cy_ptr, half* __restrict__ f_ptr, half* __restrict__ g_ptr, half* __restrict__ h_ptr, half* __restrict__ h0_ptr, half* __restrict__ hy_ptr, half* __restrict__ i_ptr, half* __restrict__ o_ptr, half* __restrict__ tanhc_ptr, half* __restrict__ w_hh_ptr, half* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float16__reverse_train_w_hh_global_kernel(int* __restrict__ batch_sizes_ptr, half* __restrict__ c_ptr, half* __restrict__ c0_ptr, half* __restrict__ cy_ptr, half* __restrict__ f_ptr, half* __restrict__ g_ptr, half* __restrict__ h_ptr, half* __restrict__ h0_ptr, half* __restrict__ hy_ptr, half* __restrict__ i_ptr, half* __restrict__ o_ptr, half* __restrict__ tanhc_ptr, half* __restrict__ w_hh_ptr, half* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float16__w_hh_global_kernel(int* __restrict__ batch_sizes_ptr, half* __restrict__ c0_ptr, half* __restrict__ cy_ptr, half* __restrict__ h_ptr, half* __restrict__ h0_ptr, half* __restrict__ hy_ptr, half* __restrict__ w_hh_ptr, half* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float16__reverse_w_hh_global_kernel(int* __restrict__ batch_sizes_ptr, half* __restrict__ c0_ptr, half* __restrict__ cy_ptr, half* __restrict__ h_ptr, half* __restrict__ h0_ptr, half* __restrict__ hy_ptr, half* __restrict__ w_hh_ptr, half* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
 extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float16__train_kernel(int* __restrict__ batch_sizes_ptr, half* __restrict__ c_ptr, half* __restrict__ c0_ptr, half* __restrict__ cy_ptr, half* __restrict__ f_ptr, half* __restrict__ g_ptr, half* __restrict__ h_ptr, half* __restrict__ h0_ptr, half* __restrict__ hy_ptr, half* __restrict__ i_ptr, half* __restrict__ o_ptr, half* __restrict__ tanhc_ptr, half* __restrict__ w_hh_ptr, half* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2) {
   extern __shared__ __align__(64) half w_shared_ptr[];
   alignas(64) float acc_ptr[4];
@@ -3502,6 +3510,690 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float16_
             }
             acc_ptr[3] = (acc_ptr[3] + (((float)condval_73) * ((float)w_hh_ptr[(((((H >> 5) * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail_1)])));
           }
+        }
+        v_ptr[0] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[0] + ((float)xw_ptr[((((((int)blockIdx.x) * 4) + (((T - t) - 1) * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))]))))));
+        v_ptr[1] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[1] + ((float)xw_ptr[(((((((int)blockIdx.x) * 4) + (((T - t) - 1) * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + xw_s2) + (((int)threadIdx.x) & 3))]))))));
+        v_ptr[2] = tanhf((acc_ptr[2] + ((float)xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))])));
+        v_ptr[3] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[3] + ((float)xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))]))))));
+        v_ptr[4] = ((v_ptr[1] * ((float)cy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))])) + (v_ptr[0] * v_ptr[2]));
+        v_ptr[5] = tanhf(v_ptr[4]);
+        cy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = ((half)v_ptr[4]);
+        hy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = ((half)(v_ptr[3] * v_ptr[5]));
+        h_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = ((half)(v_ptr[3] * v_ptr[5]));
+      }
+      for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
+        h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+      }
+    }
+    fg_grid_sync(((H + 3) >> 2));
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float16__train_w_hh_global_kernel(int* __restrict__ batch_sizes_ptr, half* __restrict__ c_ptr, half* __restrict__ c0_ptr, half* __restrict__ cy_ptr, half* __restrict__ f_ptr, half* __restrict__ g_ptr, half* __restrict__ h_ptr, half* __restrict__ h0_ptr, half* __restrict__ hy_ptr, half* __restrict__ i_ptr, half* __restrict__ o_ptr, half* __restrict__ tanhc_ptr, half* __restrict__ w_hh_ptr, half* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2) {
+  alignas(64) float acc_ptr[4];
+  alignas(64) float held_ptr[8];
+  alignas(64) float v_ptr[6];
+  if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+    for (int q = 0; q < (((B + 31) - (((int)threadIdx.x) >> 2)) >> 5); ++q) {
+      hy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = h0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + (((int)threadIdx.x) & 3))];
+      cy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = c0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * c0_s0)) + (((int)threadIdx.x) & 3))];
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    int tt = t;
+    int n = batch_sizes_ptr[t];
+    int p = max((min(t, T) - 1), 0);
+    int condval;
+    if (0 < t) {
+      condval = min(n, batch_sizes_ptr[(min(t, T) - 1)]);
+    } else {
+      condval = 0;
+    }
+    int m = condval;
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+      for (int q_1 = 0; q_1 < (max(((n + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_1) {
+        acc_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[1] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[2] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int r_outer = 0; r_outer < (H >> 3); ++r_outer) {
+          half condval_1;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_1 = h_ptr[((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H))];
+          } else {
+            condval_1 = h0_ptr[((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0))];
+          }
+          held_ptr[0] = ((float)condval_1);
+          half condval_2;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_2 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 1)];
+          } else {
+            condval_2 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 1)];
+          }
+          held_ptr[1] = ((float)condval_2);
+          half condval_3;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_3 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 2)];
+          } else {
+            condval_3 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 2)];
+          }
+          held_ptr[2] = ((float)condval_3);
+          half condval_4;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_4 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 3)];
+          } else {
+            condval_4 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 3)];
+          }
+          held_ptr[3] = ((float)condval_4);
+          half condval_5;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_5 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 4)];
+          } else {
+            condval_5 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 4)];
+          }
+          held_ptr[4] = ((float)condval_5);
+          half condval_6;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_6 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 5)];
+          } else {
+            condval_6 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 5)];
+          }
+          held_ptr[5] = ((float)condval_6);
+          half condval_7;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_7 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 6)];
+          } else {
+            condval_7 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 6)];
+          }
+          held_ptr[6] = ((float)condval_7);
+          half condval_8;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_8 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 7)];
+          } else {
+            condval_8 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 7)];
+          }
+          held_ptr[7] = ((float)condval_8);
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[0] * ((float)w_hh_ptr[((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))])));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[0] * ((float)w_hh_ptr[(((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))])));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[0] * ((float)w_hh_ptr[(((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))])));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[0] * ((float)w_hh_ptr[(((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))])));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[1] * ((float)w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)])));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[1] * ((float)w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)])));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[1] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)])));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[1] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)])));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[2] * ((float)w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)])));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[2] * ((float)w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)])));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[2] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)])));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[2] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)])));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[3] * ((float)w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)])));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[3] * ((float)w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)])));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[3] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)])));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[3] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)])));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[4] * ((float)w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)])));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[4] * ((float)w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)])));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[4] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)])));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[4] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)])));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[5] * ((float)w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)])));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[5] * ((float)w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)])));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[5] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)])));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[5] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)])));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[6] * ((float)w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)])));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[6] * ((float)w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)])));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[6] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)])));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[6] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)])));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[7] * ((float)w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)])));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[7] * ((float)w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)])));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[7] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)])));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[7] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)])));
+        }
+        for (int r_tail = 0; r_tail < (H & 7); ++r_tail) {
+          half condval_9;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_9 = h_ptr[((((H >> 3) * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + r_tail)];
+          } else {
+            condval_9 = h0_ptr[((((H >> 3) * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+          }
+          acc_ptr[0] = (acc_ptr[0] + (((float)condval_9) * ((float)w_hh_ptr[((((H >> 3) * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail)])));
+          half condval_10;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_10 = h_ptr[((((H >> 3) * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + r_tail)];
+          } else {
+            condval_10 = h0_ptr[((((H >> 3) * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+          }
+          acc_ptr[1] = (acc_ptr[1] + (((float)condval_10) * ((float)w_hh_ptr[(((((H >> 3) * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail)])));
+          half condval_11;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_11 = h_ptr[((((H >> 3) * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + r_tail)];
+          } else {
+            condval_11 = h0_ptr[((((H >> 3) * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+          }
+          acc_ptr[2] = (acc_ptr[2] + (((float)condval_11) * ((float)w_hh_ptr[(((((H >> 3) * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail)])));
+          half condval_12;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_12 = h_ptr[((((H >> 3) * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + r_tail)];
+          } else {
+            condval_12 = h0_ptr[((((H >> 3) * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+          }
+          acc_ptr[3] = (acc_ptr[3] + (((float)condval_12) * ((float)w_hh_ptr[(((((H >> 3) * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail)])));
+        }
+        v_ptr[0] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[0] + ((float)xw_ptr[((((((int)blockIdx.x) * 4) + (t * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))]))))));
+        v_ptr[1] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[1] + ((float)xw_ptr[(((((((int)blockIdx.x) * 4) + (t * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + xw_s2) + (((int)threadIdx.x) & 3))]))))));
+        v_ptr[2] = tanhf((acc_ptr[2] + ((float)xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 2)) + (t * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))])));
+        v_ptr[3] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[3] + ((float)xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 3)) + (t * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))]))))));
+        v_ptr[4] = ((v_ptr[1] * ((float)cy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))])) + (v_ptr[0] * v_ptr[2]));
+        v_ptr[5] = tanhf(v_ptr[4]);
+        cy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = ((half)v_ptr[4]);
+        hy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = ((half)(v_ptr[3] * v_ptr[5]));
+        h_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = ((half)(v_ptr[3] * v_ptr[5]));
+        c_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = ((half)v_ptr[4]);
+        i_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = ((half)v_ptr[0]);
+        f_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = ((half)v_ptr[1]);
+        g_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = ((half)v_ptr[2]);
+        o_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = ((half)v_ptr[3]);
+        tanhc_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = ((half)v_ptr[5]);
+      }
+      for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
+        h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        c_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        i_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        f_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        g_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        o_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        tanhc_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+      }
+    }
+    fg_grid_sync(((H + 3) >> 2));
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float16__reverse_train_w_hh_global_kernel(int* __restrict__ batch_sizes_ptr, half* __restrict__ c_ptr, half* __restrict__ c0_ptr, half* __restrict__ cy_ptr, half* __restrict__ f_ptr, half* __restrict__ g_ptr, half* __restrict__ h_ptr, half* __restrict__ h0_ptr, half* __restrict__ hy_ptr, half* __restrict__ i_ptr, half* __restrict__ o_ptr, half* __restrict__ tanhc_ptr, half* __restrict__ w_hh_ptr, half* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2) {
+  alignas(64) float acc_ptr[4];
+  alignas(64) float held_ptr[8];
+  alignas(64) float v_ptr[6];
+  if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+    for (int q = 0; q < (((B + 31) - (((int)threadIdx.x) >> 2)) >> 5); ++q) {
+      hy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = h0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + (((int)threadIdx.x) & 3))];
+      cy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = c0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * c0_s0)) + (((int)threadIdx.x) & 3))];
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    int tt = ((T - t) - 1);
+    int n = batch_sizes_ptr[((T - t) - 1)];
+    int p = max((T - max(t, 1)), 0);
+    int condval;
+    if (0 < t) {
+      condval = min(n, batch_sizes_ptr[max((T - t), 0)]);
+    } else {
+      condval = 0;
+    }
+    int m = condval;
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+      for (int q_1 = 0; q_1 < (max(((n + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_1) {
+        acc_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[1] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[2] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int r_outer = 0; r_outer < (H >> 3); ++r_outer) {
+          half condval_1;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_1 = h_ptr[((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H))];
+          } else {
+            condval_1 = h0_ptr[((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0))];
+          }
+          held_ptr[0] = ((float)condval_1);
+          half condval_2;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_2 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 1)];
+          } else {
+            condval_2 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 1)];
+          }
+          held_ptr[1] = ((float)condval_2);
+          half condval_3;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_3 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 2)];
+          } else {
+            condval_3 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 2)];
+          }
+          held_ptr[2] = ((float)condval_3);
+          half condval_4;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_4 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 3)];
+          } else {
+            condval_4 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 3)];
+          }
+          held_ptr[3] = ((float)condval_4);
+          half condval_5;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_5 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 4)];
+          } else {
+            condval_5 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 4)];
+          }
+          held_ptr[4] = ((float)condval_5);
+          half condval_6;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_6 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 5)];
+          } else {
+            condval_6 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 5)];
+          }
+          held_ptr[5] = ((float)condval_6);
+          half condval_7;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_7 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 6)];
+          } else {
+            condval_7 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 6)];
+          }
+          held_ptr[6] = ((float)condval_7);
+          half condval_8;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_8 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 7)];
+          } else {
+            condval_8 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 7)];
+          }
+          held_ptr[7] = ((float)condval_8);
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[0] * ((float)w_hh_ptr[((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))])));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[0] * ((float)w_hh_ptr[(((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))])));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[0] * ((float)w_hh_ptr[(((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))])));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[0] * ((float)w_hh_ptr[(((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))])));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[1] * ((float)w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)])));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[1] * ((float)w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)])));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[1] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)])));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[1] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)])));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[2] * ((float)w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)])));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[2] * ((float)w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)])));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[2] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)])));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[2] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)])));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[3] * ((float)w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)])));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[3] * ((float)w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)])));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[3] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)])));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[3] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)])));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[4] * ((float)w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)])));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[4] * ((float)w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)])));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[4] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)])));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[4] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)])));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[5] * ((float)w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)])));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[5] * ((float)w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)])));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[5] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)])));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[5] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)])));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[6] * ((float)w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)])));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[6] * ((float)w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)])));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[6] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)])));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[6] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)])));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[7] * ((float)w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)])));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[7] * ((float)w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)])));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[7] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)])));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[7] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)])));
+        }
+        for (int r_tail = 0; r_tail < (H & 7); ++r_tail) {
+          half condval_9;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_9 = h_ptr[((((H >> 3) * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + r_tail)];
+          } else {
+            condval_9 = h0_ptr[((((H >> 3) * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+          }
+          acc_ptr[0] = (acc_ptr[0] + (((float)condval_9) * ((float)w_hh_ptr[((((H >> 3) * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail)])));
+          half condval_10;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_10 = h_ptr[((((H >> 3) * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + r_tail)];
+          } else {
+            condval_10 = h0_ptr[((((H >> 3) * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+          }
+          acc_ptr[1] = (acc_ptr[1] + (((float)condval_10) * ((float)w_hh_ptr[(((((H >> 3) * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail)])));
+          half condval_11;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_11 = h_ptr[((((H >> 3) * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + r_tail)];
+          } else {
+            condval_11 = h0_ptr[((((H >> 3) * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+          }
+          acc_ptr[2] = (acc_ptr[2] + (((float)condval_11) * ((float)w_hh_ptr[(((((H >> 3) * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail)])));
+          half condval_12;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_12 = h_ptr[((((H >> 3) * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + r_tail)];
+          } else {
+            condval_12 = h0_ptr[((((H >> 3) * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+          }
+          acc_ptr[3] = (acc_ptr[3] + (((float)condval_12) * ((float)w_hh_ptr[(((((H >> 3) * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail)])));
+        }
+        v_ptr[0] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[0] + ((float)xw_ptr[((((((int)blockIdx.x) * 4) + (((T - t) - 1) * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))]))))));
+        v_ptr[1] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[1] + ((float)xw_ptr[(((((((int)blockIdx.x) * 4) + (((T - t) - 1) * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + xw_s2) + (((int)threadIdx.x) & 3))]))))));
+        v_ptr[2] = tanhf((acc_ptr[2] + ((float)xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))])));
+        v_ptr[3] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[3] + ((float)xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))]))))));
+        v_ptr[4] = ((v_ptr[1] * ((float)cy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))])) + (v_ptr[0] * v_ptr[2]));
+        v_ptr[5] = tanhf(v_ptr[4]);
+        cy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = ((half)v_ptr[4]);
+        hy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = ((half)(v_ptr[3] * v_ptr[5]));
+        h_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = ((half)(v_ptr[3] * v_ptr[5]));
+        c_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = ((half)v_ptr[4]);
+        i_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = ((half)v_ptr[0]);
+        f_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = ((half)v_ptr[1]);
+        g_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = ((half)v_ptr[2]);
+        o_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = ((half)v_ptr[3]);
+        tanhc_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = ((half)v_ptr[5]);
+      }
+      for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
+        h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        c_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        i_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        f_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        g_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        o_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        tanhc_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+      }
+    }
+    fg_grid_sync(((H + 3) >> 2));
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float16__w_hh_global_kernel(int* __restrict__ batch_sizes_ptr, half* __restrict__ c0_ptr, half* __restrict__ cy_ptr, half* __restrict__ h_ptr, half* __restrict__ h0_ptr, half* __restrict__ hy_ptr, half* __restrict__ w_hh_ptr, half* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2) {
+  alignas(64) float acc_ptr[4];
+  alignas(64) float held_ptr[8];
+  alignas(64) float v_ptr[6];
+  if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+    for (int q = 0; q < (((B + 31) - (((int)threadIdx.x) >> 2)) >> 5); ++q) {
+      hy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = h0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + (((int)threadIdx.x) & 3))];
+      cy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = c0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * c0_s0)) + (((int)threadIdx.x) & 3))];
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    int tt = t;
+    int n = batch_sizes_ptr[t];
+    int p = max((min(t, T) - 1), 0);
+    int condval;
+    if (0 < t) {
+      condval = min(n, batch_sizes_ptr[(min(t, T) - 1)]);
+    } else {
+      condval = 0;
+    }
+    int m = condval;
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+      for (int q_1 = 0; q_1 < (max(((n + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_1) {
+        acc_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[1] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[2] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int r_outer = 0; r_outer < (H >> 3); ++r_outer) {
+          half condval_1;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_1 = h_ptr[((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H))];
+          } else {
+            condval_1 = h0_ptr[((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0))];
+          }
+          held_ptr[0] = ((float)condval_1);
+          half condval_2;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_2 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 1)];
+          } else {
+            condval_2 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 1)];
+          }
+          held_ptr[1] = ((float)condval_2);
+          half condval_3;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_3 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 2)];
+          } else {
+            condval_3 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 2)];
+          }
+          held_ptr[2] = ((float)condval_3);
+          half condval_4;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_4 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 3)];
+          } else {
+            condval_4 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 3)];
+          }
+          held_ptr[3] = ((float)condval_4);
+          half condval_5;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_5 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 4)];
+          } else {
+            condval_5 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 4)];
+          }
+          held_ptr[4] = ((float)condval_5);
+          half condval_6;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_6 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 5)];
+          } else {
+            condval_6 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 5)];
+          }
+          held_ptr[5] = ((float)condval_6);
+          half condval_7;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_7 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 6)];
+          } else {
+            condval_7 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 6)];
+          }
+          held_ptr[6] = ((float)condval_7);
+          half condval_8;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_8 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 7)];
+          } else {
+            condval_8 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 7)];
+          }
+          held_ptr[7] = ((float)condval_8);
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[0] * ((float)w_hh_ptr[((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))])));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[0] * ((float)w_hh_ptr[(((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))])));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[0] * ((float)w_hh_ptr[(((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))])));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[0] * ((float)w_hh_ptr[(((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))])));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[1] * ((float)w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)])));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[1] * ((float)w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)])));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[1] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)])));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[1] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)])));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[2] * ((float)w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)])));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[2] * ((float)w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)])));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[2] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)])));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[2] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)])));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[3] * ((float)w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)])));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[3] * ((float)w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)])));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[3] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)])));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[3] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)])));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[4] * ((float)w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)])));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[4] * ((float)w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)])));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[4] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)])));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[4] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)])));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[5] * ((float)w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)])));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[5] * ((float)w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)])));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[5] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)])));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[5] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)])));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[6] * ((float)w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)])));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[6] * ((float)w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)])));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[6] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)])));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[6] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)])));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[7] * ((float)w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)])));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[7] * ((float)w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)])));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[7] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)])));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[7] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)])));
+        }
+        for (int r_tail = 0; r_tail < (H & 7); ++r_tail) {
+          half condval_9;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_9 = h_ptr[((((H >> 3) * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + r_tail)];
+          } else {
+            condval_9 = h0_ptr[((((H >> 3) * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+          }
+          acc_ptr[0] = (acc_ptr[0] + (((float)condval_9) * ((float)w_hh_ptr[((((H >> 3) * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail)])));
+          half condval_10;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_10 = h_ptr[((((H >> 3) * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + r_tail)];
+          } else {
+            condval_10 = h0_ptr[((((H >> 3) * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+          }
+          acc_ptr[1] = (acc_ptr[1] + (((float)condval_10) * ((float)w_hh_ptr[(((((H >> 3) * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail)])));
+          half condval_11;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_11 = h_ptr[((((H >> 3) * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + r_tail)];
+          } else {
+            condval_11 = h0_ptr[((((H >> 3) * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+          }
+          acc_ptr[2] = (acc_ptr[2] + (((float)condval_11) * ((float)w_hh_ptr[(((((H >> 3) * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail)])));
+          half condval_12;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_12 = h_ptr[((((H >> 3) * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + r_tail)];
+          } else {
+            condval_12 = h0_ptr[((((H >> 3) * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+          }
+          acc_ptr[3] = (acc_ptr[3] + (((float)condval_12) * ((float)w_hh_ptr[(((((H >> 3) * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail)])));
+        }
+        v_ptr[0] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[0] + ((float)xw_ptr[((((((int)blockIdx.x) * 4) + (t * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))]))))));
+        v_ptr[1] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[1] + ((float)xw_ptr[(((((((int)blockIdx.x) * 4) + (t * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + xw_s2) + (((int)threadIdx.x) & 3))]))))));
+        v_ptr[2] = tanhf((acc_ptr[2] + ((float)xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 2)) + (t * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))])));
+        v_ptr[3] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[3] + ((float)xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 3)) + (t * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))]))))));
+        v_ptr[4] = ((v_ptr[1] * ((float)cy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))])) + (v_ptr[0] * v_ptr[2]));
+        v_ptr[5] = tanhf(v_ptr[4]);
+        cy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = ((half)v_ptr[4]);
+        hy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = ((half)(v_ptr[3] * v_ptr[5]));
+        h_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = ((half)(v_ptr[3] * v_ptr[5]));
+      }
+      for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
+        h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+      }
+    }
+    fg_grid_sync(((H + 3) >> 2));
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float16__reverse_w_hh_global_kernel(int* __restrict__ batch_sizes_ptr, half* __restrict__ c0_ptr, half* __restrict__ cy_ptr, half* __restrict__ h_ptr, half* __restrict__ h0_ptr, half* __restrict__ hy_ptr, half* __restrict__ w_hh_ptr, half* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2) {
+  alignas(64) float acc_ptr[4];
+  alignas(64) float held_ptr[8];
+  alignas(64) float v_ptr[6];
+  if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+    for (int q = 0; q < (((B + 31) - (((int)threadIdx.x) >> 2)) >> 5); ++q) {
+      hy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = h0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + (((int)threadIdx.x) & 3))];
+      cy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = c0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * c0_s0)) + (((int)threadIdx.x) & 3))];
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    int tt = ((T - t) - 1);
+    int n = batch_sizes_ptr[((T - t) - 1)];
+    int p = max((T - max(t, 1)), 0);
+    int condval;
+    if (0 < t) {
+      condval = min(n, batch_sizes_ptr[max((T - t), 0)]);
+    } else {
+      condval = 0;
+    }
+    int m = condval;
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+      for (int q_1 = 0; q_1 < (max(((n + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_1) {
+        acc_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[1] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[2] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int r_outer = 0; r_outer < (H >> 3); ++r_outer) {
+          half condval_1;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_1 = h_ptr[((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H))];
+          } else {
+            condval_1 = h0_ptr[((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0))];
+          }
+          held_ptr[0] = ((float)condval_1);
+          half condval_2;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_2 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 1)];
+          } else {
+            condval_2 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 1)];
+          }
+          held_ptr[1] = ((float)condval_2);
+          half condval_3;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_3 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 2)];
+          } else {
+            condval_3 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 2)];
+          }
+          held_ptr[2] = ((float)condval_3);
+          half condval_4;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_4 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 3)];
+          } else {
+            condval_4 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 3)];
+          }
+          held_ptr[3] = ((float)condval_4);
+          half condval_5;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_5 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 4)];
+          } else {
+            condval_5 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 4)];
+          }
+          held_ptr[4] = ((float)condval_5);
+          half condval_6;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_6 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 5)];
+          } else {
+            condval_6 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 5)];
+          }
+          held_ptr[5] = ((float)condval_6);
+          half condval_7;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_7 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 6)];
+          } else {
+            condval_7 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 6)];
+          }
+          held_ptr[6] = ((float)condval_7);
+          half condval_8;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_8 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 7)];
+          } else {
+            condval_8 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 7)];
+          }
+          held_ptr[7] = ((float)condval_8);
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[0] * ((float)w_hh_ptr[((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))])));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[0] * ((float)w_hh_ptr[(((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))])));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[0] * ((float)w_hh_ptr[(((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))])));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[0] * ((float)w_hh_ptr[(((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))])));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[1] * ((float)w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)])));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[1] * ((float)w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)])));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[1] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)])));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[1] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)])));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[2] * ((float)w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)])));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[2] * ((float)w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)])));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[2] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)])));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[2] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)])));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[3] * ((float)w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)])));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[3] * ((float)w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)])));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[3] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)])));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[3] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)])));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[4] * ((float)w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)])));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[4] * ((float)w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)])));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[4] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)])));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[4] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)])));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[5] * ((float)w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)])));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[5] * ((float)w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)])));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[5] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)])));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[5] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)])));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[6] * ((float)w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)])));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[6] * ((float)w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)])));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[6] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)])));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[6] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)])));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[7] * ((float)w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)])));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[7] * ((float)w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)])));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[7] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)])));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[7] * ((float)w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)])));
+        }
+        for (int r_tail = 0; r_tail < (H & 7); ++r_tail) {
+          half condval_9;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_9 = h_ptr[((((H >> 3) * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + r_tail)];
+          } else {
+            condval_9 = h0_ptr[((((H >> 3) * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+          }
+          acc_ptr[0] = (acc_ptr[0] + (((float)condval_9) * ((float)w_hh_ptr[((((H >> 3) * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail)])));
+          half condval_10;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_10 = h_ptr[((((H >> 3) * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + r_tail)];
+          } else {
+            condval_10 = h0_ptr[((((H >> 3) * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+          }
+          acc_ptr[1] = (acc_ptr[1] + (((float)condval_10) * ((float)w_hh_ptr[(((((H >> 3) * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail)])));
+          half condval_11;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_11 = h_ptr[((((H >> 3) * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + r_tail)];
+          } else {
+            condval_11 = h0_ptr[((((H >> 3) * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+          }
+          acc_ptr[2] = (acc_ptr[2] + (((float)condval_11) * ((float)w_hh_ptr[(((((H >> 3) * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail)])));
+          half condval_12;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_12 = h_ptr[((((H >> 3) * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + r_tail)];
+          } else {
+            condval_12 = h0_ptr[((((H >> 3) * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+          }
+          acc_ptr[3] = (acc_ptr[3] + (((float)condval_12) * ((float)w_hh_ptr[(((((H >> 3) * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail)])));
         }
         v_ptr[0] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[0] + ((float)xw_ptr[((((((int)blockIdx.x) * 4) + (((T - t) - 1) * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))]))))));
         v_ptr[1] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[1] + ((float)xw_ptr[(((((((int)blockIdx.x) * 4) + (((T - t) - 1) * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + xw_s2) + (((int)threadIdx.x) & 3))]))))));
