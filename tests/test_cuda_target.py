@@ -615,7 +615,8 @@ def test_the_persistent_layer_launch_keeps_w_hh_on_chip_where_that_grid_fits(cud
     (entry,) = [a for a in manifest["artifacts"] if a["op"] == op_name]
     variant = next(k["variant"] for k in entry["kernels"] if "w_hh_global" not in k["variant"])
     on, off = (naming.entry_symbol(op_name, "float32", v) for v in (variant, {**variant, "w_hh_global": True}))
-    kernels = [SimpleNamespace(symbol=on, func=lambda *a: "on chip"), SimpleNamespace(symbol=off, func=lambda *a: "global")]
+    kernels = [SimpleNamespace(symbol=on, func=lambda *a: "on chip"),
+               SimpleNamespace(symbol=off, func=lambda *a: "global")]
     picks = {(8, 108): {864: "on chip", 865: "global", 1024: "global", 2000: "global", 3456: "global", 3457: None},
              (9, 132): {1024: "on chip", 1200: "on chip", 1201: "global", 1280: "global", 2000: "global",
                         4752: "global", 4753: None}}

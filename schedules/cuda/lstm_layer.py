@@ -232,11 +232,12 @@ class _Layer(ScheduleRule):
 
     def _slice(self, grid, target, H, nch, U, weight, dtype, w_hh_global):
         """The block's W_hh slice in shared memory, in the storage ``dtype`` (one row per block on the
-        host): (buffer, fits, index(bx, k, u, x)), None in the ``w_hh_global`` entry (no slice); ``weight(k, j, x)`` is the global element the slice
-        holds for gate k of the block's unit j at position x (W_hh's column x in the forward, row x in
-        the backward).  On the GPU the buffer is ``shared.dyn`` of the slice's size where it fits
-        ``shared_capacity``, else of one value: TVM's host code computes that size from H and passes it
-        as the launch's dynamic shared memory (its CUDA runtime raises the kernel's limit past 48 KiB)."""
+        host): (buffer, fits, index(bx, k, u, x)), None in the ``w_hh_global`` entry (no slice);
+        ``weight(k, j, x)`` is the global element the slice holds for gate k of the block's unit j at
+        position x (W_hh's column x in the forward, row x in the backward).  On the GPU the buffer is
+        ``shared.dyn`` of the slice's size where it fits ``shared_capacity``, else of one value: TVM's
+        host code computes that size from H and passes it as the launch's dynamic shared memory (its
+        CUDA runtime raises the kernel's limit past 48 KiB)."""
         if w_hh_global:
             return None
         values = G * U * H
