@@ -600,12 +600,13 @@ def test_hand_schedules_are_used(cuda_artifacts):
 @needs_nvcc
 @pytest.mark.parametrize("op_name", LSTM_LAYER)
 def test_the_persistent_layer_launch_keeps_w_hh_on_chip_where_that_grid_fits(cuda_artifacts, op_name, monkeypatch):
-    """The full LSTM's pick before a layer kernel's launch (fusedgrad/lstm/buffers.py) with the built
-    artifact's manifest (grid_units, dynamic_shared, ptxas' registers), torch's device properties a
-    108-SM sm_80's and a 132-SM sm_90's: the entry with W_hh's slice on chip where that grid is resident
-    (16·H² bytes of shared memory over it: to H = 864 / 1200), else the w_hh_global entry (no shared
-    memory, 64 / 56 registers: to H = 3456 / 4752), where the on-chip grid alone was refused; refused
-    naming both where neither grid fits (docs/cuda.md quotes these bounds)."""
+    """The full LSTM's layer kernel (fusedgrad/lstm/buffers.py's ``kernel``) with the built artifact's
+    manifest (grid_units, dynamic_shared, ptxas' registers; each entry point standing in by its name),
+    torch's device properties a 108-SM sm_80's and a 132-SM sm_90's: it launches the entry with W_hh's
+    slice on chip where that grid is resident (16·H² bytes of shared memory over it: to H = 864 / 1200),
+    else the w_hh_global entry (no shared memory, 64 / 56 registers: to H = 3456 / 4752), where the
+    on-chip grid alone is refused; refused naming both where neither grid fits (docs/cuda.md quotes
+    these bounds)."""
     from types import SimpleNamespace
 
     torch = pytest.importorskip("torch")
@@ -613,24 +614,23 @@ def test_the_persistent_layer_launch_keeps_w_hh_on_chip_where_that_grid_fits(cud
 
     manifest = json.loads((cuda_artifacts / "manifest.json").read_text())
     (entry,) = [a for a in manifest["artifacts"] if a["op"] == op_name]
+    names = {k["symbol"]: (lambda *a, symbol=k["symbol"]: symbol) for k in entry["kernels"]}
+    monkeypatch.setattr(runtime, "artifact", lambda *key: runtime.Artifact(entry, names, None))
     variant = next(k["variant"] for k in entry["kernels"] if "w_hh_global" not in k["variant"])
     on, off = (naming.entry_symbol(op_name, "float32", v) for v in (variant, {**variant, "w_hh_global": True}))
-    kernels = [SimpleNamespace(symbol=on, func=lambda *a: "on chip"),
-               SimpleNamespace(symbol=off, func=lambda *a: "global")]
-    picks = {(8, 108): {864: "on chip", 865: "global", 1024: "global", 2000: "global", 3456: "global", 3457: None},
-             (9, 132): {1024: "on chip", 1200: "on chip", 1201: "global", 1280: "global", 2000: "global",
-                        4752: "global", 4753: None}}
+    picks = {(8, 108): {864: on, 865: off, 1024: off, 2000: off, 3456: off, 3457: None},
+             (9, 132): {1024: on, 1200: on, 1201: off, 1280: off, 2000: off, 4752: off, 4753: None}}
     for (major, sms), cases in picks.items():
         props = SimpleNamespace(major=major, minor=0, multi_processor_count=sms)
         monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: props)
-        launch = buffers._co_resident(entry, kernels)
+        launch = buffers.kernel.__wrapped__(op_name, "cuda", "float32", **variant)  # not the process's cache
         for H, want in cases.items():
             if want is None:  # neither grid fits
                 with pytest.raises(cuda.CoResidencyError, match=f"H = {H}; {on}: .*cannot be resident.*; {off}: "):
                     launch(None, torch.empty(0, H))
                 continue
             assert launch(None, torch.empty(0, H)) == want, (major, sms, H)
-            if want == "global":  # the on-chip grid alone is refused there
+            if want == off:  # the on-chip grid alone is refused there
                 with pytest.raises(cuda.CoResidencyError, match=f"{on}: .*cannot be resident"):
                     cuda.persistent_choice(entry, [on], H, (major, 0), sms)
 
