@@ -64,8 +64,11 @@ TIMED = {
     # over many steps (where the per-step launches cost most)
     "lstm_layer_forward": ({"T": 50, "B": 32, "H": 256}, {"T": 200, "B": 1, "H": 256}),
     "lstm_layer_backward": ({"T": 50, "B": 32, "H": 256}, {"T": 200, "B": 1, "H": 256}),
-    # the tensor-core GEMM: square, and an LSTM step's shape (B=64, 4H=4096, H=1024)
-    "matmul": ({"M": 4096, "N": 4096, "K": 4096}, {"M": 64, "N": 4096, "K": 1024}),
+    # the tensor-core GEMM: square, an LSTM step's shape (B=64, 4H=4096, H=1024), and the full LSTM's
+    # input GEMMs x·W_ihᵀ (M = T*B, N = 4H, K = I) at (50, 32, 256, 256), (100, 64, 512, 512) and
+    # (100, 64, 1024, 1024)
+    "matmul": ({"M": 4096, "N": 4096, "K": 4096}, {"M": 64, "N": 4096, "K": 1024}, {"M": 1600, "N": 1024, "K": 256},
+               {"M": 6400, "N": 2048, "K": 512}, {"M": 6400, "N": 4096, "K": 1024}),
 }
 TOL = {"float32": 2e-5, "float16": 2e-2, "bfloat16": 8e-2}
 # ops whose CUDA kernels load and store whole vectors where the shapes, strides and addresses allow
@@ -129,10 +132,11 @@ SWEEP: dict = {
     # 4x4 outputs each, KC 32)
     ("matmul_packed", "fusedgrad.schedules.cuda.lstm_kernels"): [
         {"MI": 8}, {"KC": 16}, {"TX": 32, "TY": 8}],
-    # the tensor-core GEMM: more fragments per warp, deeper chunks, more warps (shipped: 2x2 warps of
-    # 2x2 fragments, 2 fragments deep)
+    # the tensor-core GEMM around what the arch facts derive (128 x 128 tiles, KC 32, as many cp.async
+    # stages as the opt-in shared memory holds, the warps from the register file): fewer stages,
+    # smaller and wider tiles, fewer warps
     ("matmul", "fusedgrad.schedules.cuda.matmul"): [
-        {"MF": 4}, {"KF": 4}, {"WY": 4, "WX": 2}],
+        {"STAGES": 2}, {"STAGES": 3}, {"BM": 64, "BN": 64}, {"BN": 256}, {"WARPS": 4}],
     # the persistent layer kernels around what ships (4 units a block, derived from the warp; 4 warps;
     # 32 loads a group): the 2026-12-04 H200 timings that chose it are docs/gpu-check-h200-2026-12-04.md
     ("lstm_layer_forward", "fusedgrad.schedules.cuda.lstm_layer"): [

@@ -341,7 +341,7 @@ def _not_as_built(entry: Mapping, slot: Path) -> str | None:
         return f"its cache_key is {entry.get('cache_key')!r}, the slot's {slot.name!r}"
     op, dtype = te_defs.get(entry["op"]), entry["dtype"]
     want = {naming.entry_symbol(entry["op"], dtype, v): (dict(v), _build.arg_specs(op, v, dtype))
-            for v in op.variants}
+            for v in op.variants_for(entry["target"])}
     have = {k["symbol"]: (k["variant"], k["args"]) for k in entry["kernels"]}
     if have.keys() != want.keys() or len(entry["kernels"]) != len(want):
         return f"its kernels are {[k['symbol'] for k in entry['kernels']]}, the op's are {sorted(want)}"

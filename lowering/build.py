@@ -99,7 +99,8 @@ def arg_specs(op, variant, dtype) -> list[dict]:
 
 def schedule_variants(op_name: str, target_name: str, dtype: str, emulate_on_host: bool = False,
                       use_tuning: bool = True, review: bool = False):
-    """Scheduled PrimFuncs of every variant: {symbol: (func, variant, rule name)}.
+    """Scheduled PrimFuncs of every variant the target builds (``OpDef.variants_for``):
+    {symbol: (func, variant, rule name)}.
 
     ``emulate_on_host``: schedule with the target's rules but for the host CPU
     (a device rule then keeps its loop nest and leaves thread loops serial), so
@@ -118,7 +119,7 @@ def schedule_variants(op_name: str, target_name: str, dtype: str, emulate_on_hos
     tgt = tvm_api.target(spec)
     knobs = tuning_records.knobs_for(op_name, target_name, dtype) if use_tuning and not emulate_on_host else None
     out = {}
-    for variant in op.variants:
+    for variant in op.variants_for(target_name):
         compute_flags, schedule_flags = op.split_variant(variant)
         args = op.compute(dtype, **compute_flags)
         symbol = naming.entry_symbol(op_name, dtype, variant)
@@ -193,10 +194,13 @@ def build(op_name: str, target_name: str, dtype: str, out_dir: str | os.PathLike
 
 def _launch_facts(func) -> dict:
     """What a loader needs of a kernel's launch that the library cannot tell it: a persistent kernel's
-    hidden units per block (``fusedgrad.grid_units``, set by its rule), from which the loader finds
-    its grid and checks that the device holds it at once."""
-    units = func.attrs.get("fusedgrad.grid_units") if func.attrs is not None else None
-    return {} if units is None else {"grid_units": int(units)}
+    hidden units per block (``fusedgrad.grid_units``) and how its launch's dynamic shared memory
+    follows H (``fusedgrad.dynamic_shared``, ``lowering.cuda.dynamic_shared_bytes``), both set by its
+    rule, from which the loader finds its grid and checks that the device holds it at once."""
+    attrs = func.attrs if func.attrs is not None else {}
+    units, dynamic = attrs.get("fusedgrad.grid_units"), attrs.get("fusedgrad.dynamic_shared")
+    return {**({} if units is None else {"grid_units": int(units)}),
+            **({} if dynamic is None else {"dynamic_shared": {str(k): int(v) for k, v in dynamic.items()}})}
 
 
 def _tuning_entry(op_name: str, target_name: str, dtype: str) -> dict | None:

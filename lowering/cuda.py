@@ -24,13 +24,13 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from ..targets.cuda import REGISTERS_PER_BLOCK, REGISTERS_PER_THREAD as MAX_REGISTERS_PER_THREAD
+
 NVCC_ENV = "FUSEDGRAD_NVCC"
 
 # per-architecture limits checked at build time (CUDA C Programming Guide, compute capabilities table)
 MAX_THREADS_PER_BLOCK = 1024
 MAX_STATIC_SHARED_BYTES = 48 * 1024
-MAX_REGISTERS_PER_THREAD = 255
-REGISTERS_PER_BLOCK = 64 * 1024
 
 
 class ToolchainError(RuntimeError):
@@ -139,6 +139,16 @@ def persistent_grid(blocks: int, arch: str, sm_count: int, threads: int, registe
     return blocks
 
 
+def dynamic_shared_bytes(record: dict, H: int) -> int:
+    """The dynamic shared memory a launch of a persistent layer kernel asks for at hidden size ``H``,
+    from its manifest ``record`` (the rule's ``dynamic_shared``, what TVM's host code computes from H):
+    ``bytes_per_h`` x H where that is at most ``up_to`` (W_hh's slice on chip), else ``else``."""
+    if isinstance(H, bool) or not isinstance(H, int) or H < 0:
+        raise ValueError(f"H: expected a non-negative int, got {H!r}")
+    on_chip = record["bytes_per_h"] * H
+    return on_chip if on_chip <= record["up_to"] else record["else"]
+
+
 def check_persistent_launch(entry, symbol: str, blocks: int, capability: tuple[int, int], sm_count: int,
                             dynamic_shared_bytes: int = 0) -> int:
     """The grid of ``blocks`` for the persistent kernel of entry point ``symbol`` of the artifact whose
@@ -160,6 +170,35 @@ def check_persistent_launch(entry, symbol: str, blocks: int, capability: tuple[i
     limits = arch if arch in SM_LIMITS else runs[-1]
     return persistent_grid(blocks, limits, sm_count, k["threads"], r["registers"],
                            r["shared_bytes"] + dynamic_shared_bytes)
+
+
+def launch_record(entry, symbol: str) -> dict:
+    """The manifest ``entry``'s record of the persistent kernel ``symbol``: its ``grid_units`` (hidden
+    units a block) and ``dynamic_shared`` (``dynamic_shared_bytes``); ValueError naming what an
+    artifact that predates them lacks (build it again)."""
+    (record,) = [k for k in entry["kernels"] if k["symbol"] == symbol]
+    missing = [k for k in ("grid_units", "dynamic_shared") if k not in record]
+    if missing:
+        raise ValueError(f"{symbol}: expected the manifest to record the persistent kernel's {' and '.join(missing)}; "
+                         f"the artifact {entry.get('library')} predates it: build it again")
+    return record
+
+
+def persistent_choice(entry, symbols, H: int, capability: tuple[int, int], sm_count: int) -> str:
+    """The first of ``symbols`` (entry points of one persistent layer kernel, the preferred first: W_hh's
+    slice on chip, then read from global memory) whose grid at hidden size ``H`` (ceil(H / grid_units)
+    blocks, each with the launch's dynamic shared memory at that H) ``check_persistent_launch``
+    accepts on the device; CoResidencyError naming each one's refusal where none fits."""
+    refused = []
+    for symbol in symbols:
+        record = launch_record(entry, symbol)
+        try:
+            check_persistent_launch(entry, symbol, -(-H // int(record["grid_units"])), capability, sm_count,
+                                    dynamic_shared_bytes(record["dynamic_shared"], H))
+            return symbol
+        except CoResidencyError as e:
+            refused.append(f"{symbol}: {e}")
+    raise CoResidencyError(f"no entry point of the kernel fits at H = {H}; " + "; ".join(refused))
 
 
 def compile_fatbin(source: str, archs, workdir: str | os.PathLike) -> tuple[bytes, dict]:

@@ -98,7 +98,7 @@ class LibraryPackager:
 
     def symbols(self, info, op_name: str, dtype: str) -> list[str]:
         op = te_defs.get(op_name)
-        return [naming.entry_symbol(op_name, dtype, v) for v in op.variants]
+        return [naming.entry_symbol(op_name, dtype, v) for v in op.variants_for(info.name)]
 
 
 def _dsp_symbols(info, op_name: str, dtype: str) -> list[str]:

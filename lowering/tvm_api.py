@@ -99,26 +99,29 @@ def _lowering(funcs, tgt):
         _install_aligned_test()
     scopes = set() if tgt.kind.name != "cuda" else {
         scope for f in funcs for scope in tir_rewrite.buffer_scopes(f)} & {"shared.dyn", "warp"}
-    if not scopes and all(f.attrs is not None and f.attrs.get(tir_api.WHOLE_ATTR) for f in funcs):
+    whole = all(f.attrs is not None and f.attrs.get(tir_api.WHOLE_ATTR) for f in funcs)
+    if not scopes and not whole:
+        return contextlib.nullcontext(), "default"
+    cur = tvm.transform.PassContext.current()
+    disabled, config = list(cur.disabled_pass), dict(cur.config)
+    if whole:
         # loop nests built whole (every buffer allocated at the size it is used): nothing for
         # CompactBufferAllocation to shrink, which spent 2-6 s of a CPU layer kernel's 7-13 s build
-        # relaxing each of its accesses
-        cur = tvm.transform.PassContext.current()
-        return tvm.transform.PassContext(
-            opt_level=cur.opt_level, required_pass=list(cur.required_pass), instruments=list(cur.instruments),
-            disabled_pass=list(cur.disabled_pass) + ["s_tir.CompactBufferAllocation"],
-            config=dict(cur.config)), "default"
-    if not scopes:
-        return contextlib.nullcontext(), "default"
-    # TVM's TIR common-subexpression pass misplaces a definition in a kernel whose shared memory is
-    # sized at run time ("variable cse_v.. has been used before definition"), and hides a warp
-    # buffer's index from LowerWarpMemory ("require positive constant coefficient on warp index");
-    # nvcc does its own CSE.  Only there: other kernels' registers depend on TVM's CSE
-    # (matmul_packed spills without it)
-    # ``tirx.use_async_copy``: the copies of a software pipeline's async stages (the tensor-core GEMM's
-    # tiles, in shared.dyn) become cp.async; nothing else is marked async
-    settings = tvm.transform.PassContext(config={"tirx.disable_cse_tir": True,
-                                                 "tirx.use_async_copy": "shared.dyn" in scopes})
+        # relaxing each of its accesses; a kernel's run-time shared size stays as written (the
+        # launch's dynamic bytes the host computes), not the union of its accesses
+        disabled.append("s_tir.CompactBufferAllocation")
+    if scopes:
+        # TVM's TIR common-subexpression pass misplaces a definition in a kernel whose shared memory is
+        # sized at run time ("variable cse_v.. has been used before definition"), and hides a warp
+        # buffer's index from LowerWarpMemory ("require positive constant coefficient on warp index");
+        # nvcc does its own CSE.  Only there: other kernels' registers depend on TVM's CSE
+        # (matmul_packed spills without it).  ``tirx.use_async_copy``: the copies of a software
+        # pipeline's async stages (the tensor-core GEMM's tiles, in shared.dyn) become cp.async; nothing
+        # else is marked async
+        config["tirx.disable_cse_tir"] = True
+        config["tirx.use_async_copy"] = "shared.dyn" in scopes
+    settings = tvm.transform.PassContext(opt_level=cur.opt_level, required_pass=list(cur.required_pass),
+                                         instruments=list(cur.instruments), disabled_pass=disabled, config=config)
     return settings, _warp_pipeline() if "warp" in scopes else "default"
 
 

@@ -126,6 +126,12 @@ class OpDef:
     (``ScheduleRule.flag``); a caller that leaves them out gets them False
     (:meth:`full_variant`).
 
+    ``target_flags`` names schedule flags only some targets build: flag -> those targets (e.g. the
+    CUDA layer kernels' ``w_hh_global``, W_hh read from global memory where the on-chip slice makes
+    the grid too large).  They are not in ``variants`` (what every target builds and every caller
+    passes); a target that builds one has each of the op's variants with the flag set too
+    (:meth:`variants_for`), and its rule reads it as a schedule flag.
+
     ``short`` is the op's short name in the C libraries' symbols (``lcg``: ``fg_lcg_float32``,
     ``FG_LCG_OK``).  ``partial_rows`` is part of the summation order: the op's column sums over
     rows add fixed blocks of that many rows, each in row order, then the block partials in block
@@ -146,6 +152,7 @@ class OpDef:
     doc: str = ""
     dtypes: tuple[str, ...] = ("float32", "float16", "bfloat16")
     schedule_flags: tuple[str, ...] = ()
+    target_flags: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     short: str | None = None
     partial_rows: int | None = None
 
@@ -156,8 +163,18 @@ class OpDef:
 
     def split_variant(self, variant: Mapping[str, bool]) -> tuple[dict[str, bool], tuple[str, ...]]:
         """(the flags ``compute`` takes, the schedule flags set) of ``variant``."""
-        flags = {k: v for k, v in variant.items() if k not in self.schedule_flags}
-        return flags, tuple(k for k in self.schedule_flags if variant.get(k, False))
+        scheduling = tuple(self.schedule_flags) + tuple(self.target_flags)
+        flags = {k: v for k, v in variant.items() if k not in scheduling}
+        return flags, tuple(k for k in scheduling if variant.get(k, False))
+
+    def variants_for(self, target: str) -> tuple[dict[str, bool], ...]:
+        """The variants ``target`` builds: ``variants``, then each of them with a ``target_flags`` flag
+        the target builds set (flags of ``target_flags`` left out are False)."""
+        out = [dict(v) for v in self.variants]
+        for flag, names in self.target_flags.items():
+            if target in names:
+                out += [{**v, flag: True} for v in out]
+        return tuple(out)
 
     def full_variant(self, variant: Mapping[str, bool]) -> dict[str, bool]:
         """``variant`` with every schedule flag it leaves out set to False."""

@@ -26,39 +26,43 @@ SHAPES = [
     pytest.param({"T": 1, "B": 1, "H": 1}, id="T=1 B=1 H=1"),
     pytest.param({"T": 7, "B": 5, "H": 37}, id="odd, H not a block multiple"),
     pytest.param({"T": 5, "B": 19, "H": 16}, id="B past the row slots, H whole blocks"),
-    pytest.param({"T": 3, "B": 2, "H": 400}, id="W_hh slice past the shared memory"),
+    pytest.param({"T": 2, "B": 3, "H": 800}, id="W_hh slice on chip past 48 KiB"),
 ]
 TOL = 2e-6
+DEFINITION = "definition"  # _library's rule for the definition's plain loop nest
 
 
-def _library(op_name, rule=None):
-    """The op's CUDA rule (or ``rule``) applied for the host CPU and compiled there, as an llvm artifact,
-    with the CPU's intrinsic lowerings (its tanh) installed first, as every CPU build has them: the
-    process-wide registration would otherwise depend on whether a CPU library was built before."""
+def _library(op_name, rule=None, dtype="float32"):
+    """The op's CUDA rule (or ``rule``; DEFINITION: the definition's plain loop nest) applied for the
+    host CPU and compiled there, as an llvm artifact of ``dtype``, with the CPU's intrinsic lowerings
+    (its tanh) installed first, as every CPU build has them: the process-wide registration would
+    otherwise depend on whether a CPU library was built before."""
     op = te_defs.get(op_name)
     intrinsics.install("llvm", dict(targets.get("llvm").intrinsics))
     if rule is None:
-        funcs, _ = build.schedule_variants(op_name, "cuda", "float32", emulate_on_host=True)
+        funcs, _ = build.schedule_variants(op_name, "cuda", dtype, emulate_on_host=True)
     else:  # what schedule_variants does, with ``rule`` (its knobs) instead of the package's
         host = tvm_api.target(targets.get("llvm").tvm_target())
         funcs = {}
         for variant in op.variants:
             compute_flags, _ = op.split_variant(variant)
-            symbol = naming.entry_symbol(op_name, "float32", variant)
+            symbol = naming.entry_symbol(op_name, dtype, variant)
             strided = [t.name for t in op.inputs if op.present(t, variant)]
             strided += [t.name for t in op.outputs if t.strided and op.present(t, variant)]
-            func = tir_api.prim_func(op.compute("float32", **compute_flags), symbol, op_name, strided=strided)
-            funcs[symbol] = (rule.apply(func, host).mod["main"].with_attr("global_symbol", symbol), dict(variant),
-                             type(rule).__name__)
+            func = tir_api.prim_func(op.compute(dtype, **compute_flags), symbol, op_name, strided=strided)
+            if rule is not DEFINITION:
+                func = rule.apply(func, host).mod["main"].with_attr("global_symbol", symbol)
+            funcs[symbol] = (func, dict(variant), type(rule).__name__ if rule is not DEFINITION else DEFINITION)
     rules = {r for _, _, r in funcs.values()}
-    assert rules == {"LstmLayerForward" if op_name == OPS[0] else "LstmLayerBackward"}, rules
+    assert rules == {DEFINITION} if rule is DEFINITION else {
+        "LstmLayerForward" if op_name == OPS[0] else "LstmLayerBackward"}, rules
     exe = tvm_api.compile_module({s: f for s, (f, _, _) in funcs.items()},
                                  tvm_api.target(targets.get("llvm").tvm_target()))
-    entry = {"op": op_name, "target": "llvm", "dtype": "float32",
-             "kernels": [{"symbol": s, "variant": v, "args": build.arg_specs(op, v, "float32")}
+    entry = {"op": op_name, "target": "llvm", "dtype": dtype,
+             "kernels": [{"symbol": s, "variant": v, "args": build.arg_specs(op, v, dtype)}
                          for s, (_, v, _) in funcs.items()]}
     lib = runtime.Library()
-    lib[(op_name, "llvm", "float32")] = runtime.Artifact(entry, exe.mod, None)
+    lib[(op_name, "llvm", dtype)] = runtime.Artifact(entry, exe.mod, None)
     return lib
 
 
@@ -104,34 +108,111 @@ def test_loop_nest_matches_the_float64_reference(emulated, op_name, dims):
 
 
 @pytest.mark.parametrize("op_name", OPS)
-def test_same_bits_for_two_grid_sizes(emulated, op_name):
+def test_float16_loop_nest_gives_the_definitions_bits(op_name, monkeypatch):
+    """float16 storage (float32 arithmetic, the W_hh slice kept in float16 in shared memory): every
+    variant's outputs the same bits as the definition's plain loop nest in float16 (the CPU rule is
+    float32 only), at an odd H and with the slice on chip at H = 800, and within half precision of the
+    float64 reference."""
+    from dataclasses import replace
+
+    from fusedgrad.targets import registry
+
+    monkeypatch.setitem(registry._REGISTRY, "llvm", replace(targets.get("llvm"), op_dtypes={}))  # api.run's check
+    op = te_defs.get(op_name)
+    nest, definition = _library(op_name, dtype="float16"), _library(op_name, DEFINITION, dtype="float16")
+    for dims in ({"T": 7, "B": 5, "H": 37}, {"T": 2, "B": 3, "H": 800}):
+        s = op.sample(dims, np.random.default_rng(dims["H"]))
+        specs = {t.name: t for t in op.inputs}
+        a = {k: v.astype(specs[k].dtype or np.float16) for k, v in s.items()}
+        for variant in op.variants:
+            got = api.run(op_name, a, {}, variant, library=nest)
+            want = api.run(op_name, a, {}, variant, library=definition)
+            ref = op.reference(**{k: v.astype(np.float64) for k, v in a.items()}, **variant)
+            for name, value in got.items():
+                if value is None:
+                    continue
+                assert value.dtype == np.float16
+                assert (value.view(np.uint16) == want[name].view(np.uint16)).all(), (dims, variant, name)
+                r = ref[name].reshape(value.shape)
+                err = np.abs(value.astype(np.float64) - r).max() / (np.abs(r).max() + 1.0)
+                assert err <= 2e-2, f"{op_name} {variant} {name}: relative error {err:.2e} in float16"
+
+
+@pytest.mark.parametrize("op_name", OPS)
+def test_same_bits_for_two_grid_sizes(emulated, op_name, monkeypatch):
     """The derived shape (UNITS 4: 10 blocks at H = 37, 32 row slots; loads 32 at a time: one chunk
     and a tail of 5) against UNITS 8 with one warp (5 blocks, 4 row slots) and loads one at a time,
     and against 5 at a time (7 chunks and a tail of 2): every output the same bits, so no sum depends
-    on the grid or on how its loads are grouped."""
+    on the grid or on how its loads are grouped.  The UNITS 8 nest is built for sm_72 alone (48 KiB of
+    shared memory a block: its slice, 8 units x 4 gates x H floats, on chip to H = 384), so at H = 400
+    its sums read W_hh from global memory where the derived shape's read the slice on chip."""
     op = te_defs.get(op_name)
     rule = lstm_layer.LstmLayerForward if op_name == OPS[0] else lstm_layer.LstmLayerBackward
     assert (rule().knob("UNITS", None), rule().knob("CHUNK", None)) == (4, 32)
-    others = [_library(op_name, rule({"UNITS": 8, "WARPS": 1, "CHUNK": 1})), _library(op_name, rule({"CHUNK": 5}))]
-    a = _inputs(op, {"T": 6, "B": 11, "H": 37}, seed=5)
+    monkeypatch.setenv(targets.CUDA_ARCH_ENV, "sm_72")
+    small = rule({"UNITS": 8, "WARPS": 1, "CHUNK": 1})
+    assert small.shared_capacity(None) == 384 * 8 * 4
+    others = [_library(op_name, small)]
+    monkeypatch.delenv(targets.CUDA_ARCH_ENV)
+    others.append(_library(op_name, rule({"CHUNK": 5})))
+    assert rule().shared_capacity(None) >= 400 * 4 * 4
+    for dims in ({"T": 6, "B": 11, "H": 37}, {"T": 3, "B": 4, "H": 400}):
+        a = _inputs(op, dims, seed=5)
+        for variant in op.variants:
+            one = api.run(op_name, a, {}, variant, library=emulated(op_name))
+            for other in others:
+                two = api.run(op_name, a, {}, variant, library=other)
+                for name, value in one.items():
+                    if value is not None:
+                        same = np.asarray(value).view(np.uint32) == np.asarray(two[name]).view(np.uint32)
+                        assert same.all(), (dims, name)
+
+
+@pytest.mark.parametrize("op_name", OPS)
+def test_the_w_hh_global_entry_gives_the_on_chip_entrys_bits(emulated, op_name):
+    """The CUDA-only entry point ``w_hh_global`` (no slice, no shared memory at any H: its sums read W_hh
+    from global memory) gives every variant the same bits as the entry with the slice on
+    chip, at an H where the slice fits (one load chunk and a tail); the CPU and DSP build no such entry."""
+    op = te_defs.get(op_name)
+    assert op.variants_for("cuda") == op.variants + tuple({**v, "w_hh_global": True} for v in op.variants)
+    assert op.variants_for("llvm") == op.variants_for("dsp") == op.variants
+    rule = lstm_layer.LstmLayerForward() if op_name == OPS[0] else lstm_layer.LstmLayerBackward()
+    record = rule.dynamic_shared(None, "float32", w_hh_global=True)
+    assert [cuda.dynamic_shared_bytes(record, H) for H in (0, 1, 37, 2608, 6000)] == [0] * 5
+    assert cuda.dynamic_shared_bytes(rule.dynamic_shared(None, "float32"), 37) == 64 * 37  # on chip there
+    a = _inputs(op, {"T": 6, "B": 11, "H": 37}, seed=7)
     for variant in op.variants:
-        one = api.run(op_name, a, {}, variant, library=emulated(op_name))
-        for other in others:
-            two = api.run(op_name, a, {}, variant, library=other)
-            for name, value in one.items():
-                if value is not None:
-                    same = np.asarray(value).view(np.uint32) == np.asarray(two[name]).view(np.uint32)
-                    assert same.all(), name
+        on_chip = api.run(op_name, a, {}, variant, library=emulated(op_name))
+        off_chip = api.run(op_name, a, {}, {**variant, "w_hh_global": True}, library=emulated(op_name))
+        for name, value in on_chip.items():
+            if value is not None:
+                assert (np.asarray(value).view(np.uint32) == np.asarray(off_chip[name]).view(np.uint32)).all(), (
+                    variant, name)
 
 
 def test_the_block_shape_comes_from_the_cuda_target():
-    """UNITS = warp / 8 (half a warp's lanes over the 4 gates), four warps a block, the shared W_hh
-    slice the target's static shared memory per block (``max_shared_memory_per_block``)."""
+    """UNITS = warp / 8 (half a warp's lanes over the 4 gates), four warps a block."""
     spec = targets.get("cuda").tvm_target()
     rule = lstm_layer.LstmLayerForward()
     warp = spec["thread_warp_size"]
     assert rule.shape(None) == (warp // 8, 4 * warp, 4 * warp // (warp // 8))
-    assert rule.shared_capacity(None) * 4 == spec["max_shared_memory_per_block"]
+
+
+@pytest.mark.parametrize("archs, limit", [("sm_80,sm_90", 2608), ("sm_90", 3632), ("sm_75", 1024), ("sm_72", 768)])
+def test_the_slice_stays_on_chip_to_the_opt_in_of_the_archs_built(monkeypatch, archs, limit):
+    """The W_hh slice (4 gates x 4 units x H float32: 64 H bytes) is the launch's dynamic shared memory
+    up to the opt-in shared memory a block has on every architecture built (163 KB with sm_80 and
+    sm_90: H = 2608; 227 KB on sm_90 alone; 64 KB on sm_75), one float past it; in float16 twice as far."""
+    monkeypatch.setenv(targets.CUDA_ARCH_ENV, archs)
+    optin = targets.cuda.optin_shared_bytes()
+    for dtype, size in (("float32", 4), ("float16", 2)):
+        record = lstm_layer.LstmLayerBackward().dynamic_shared(None, dtype)
+        assert record == {"bytes_per_h": 16 * size, "up_to": optin // size * size, "else": size}
+        last = limit * 4 // size
+        assert cuda.dynamic_shared_bytes(record, last) == 16 * size * last <= optin
+        assert cuda.dynamic_shared_bytes(record, last + 1) == size
+    with pytest.raises(ValueError, match="H: expected a non-negative int, got -1"):
+        cuda.dynamic_shared_bytes(record, -1)
 
 
 # ----------------------------------------------------------------------------- co-residency
@@ -160,18 +241,57 @@ def test_grid_that_cannot_be_co_resident_is_refused():
 
 # ----------------------------------------------------------------------------- nvcc
 
+def _launches(funcs, tgt):
+    """(the executable, the host's kernel launches): each launch call TVM's SplitHostDevice writes,
+    its last argument the launch's dynamic shared memory in bytes (``tirx.use_dyn_shared_memory``)."""
+    import tvm
+    import tvm_ffi
+
+    calls = []
+
+    @tvm.instrument.pass_instrument
+    class Launches:
+        def run_after_pass(self, mod, info):
+            if info.name == "tirx.SplitHostDevice":
+                tvm_ffi.structural_walk(mod, (tvm.ir.expr.Call, lambda c: calls.append(c) if getattr(
+                    c.op, "name", None) == "tirx.call_ffi_kernel" else None))
+
+    with tvm.transform.PassContext(instruments=[Launches()]):
+        exe = tvm_api.compile_module({s: f for s, (f, _, _) in funcs.items()}, tgt)
+    return exe, calls
+
+
+def _at(expr, **sizes) -> int:
+    """``expr`` (a host expression over the kernel's sizes) evaluated at ``sizes``."""
+    import tvm
+    from tvm.sym.analyzer import Analyzer
+
+    from fusedgrad.schedules import tir_rewrite
+
+    names = {v.name: v for v in tvm.tirx.analysis.undefined_vars(expr, [])}
+    value = Analyzer().simplify(tir_rewrite.replace_vars(expr, {names[k]: tvm.tirx.IntImm("int32", v)
+                                                                for k, v in sizes.items() if k in names}))
+    return int(value)
+
+
 @needs_nvcc
+@pytest.mark.parametrize("dtype", ("float32", "float16"))
 @pytest.mark.parametrize("op_name", OPS)
-def test_nvcc_builds_for_sm80_and_sm90_within_the_ptxas_limits(op_name, tmp_path):
+def test_nvcc_builds_for_sm80_and_sm90_within_the_ptxas_limits(op_name, dtype, tmp_path):
     """The generated source with the grid barrier in front, a cubin for sm_80 and sm_90 each, checked
-    against the limits (registers, spills, shared memory); each kernel calls the barrier and uses its
-    shared W_hh slice."""
-    funcs, tgt = build.schedule_variants(op_name, "cuda", "float32")
-    exe = tvm_api.compile_module({s: f for s, (f, _, _) in funcs.items()}, tgt)
+    against the limits (registers, spills, shared memory); each kernel calls the barrier and keeps its
+    W_hh slice in dynamic shared memory, no static shared memory (ptxas counts none), and the host's
+    launch asks for the dynamic bytes the manifest's record gives at every H, what co-residency counts
+    (the float16 slice on chip to twice the float32 one's H)."""
+    funcs, tgt = build.schedule_variants(op_name, "cuda", dtype)
+    exe, launches = _launches(funcs, tgt)
     source = cuda.with_grid_sync(tvm_api.device_source(exe, "cuda"))
     assert set(cuda.kernels_in_source(source)) == {f"{s}_kernel" for s in funcs}
     assert source.count(cuda.GRID_SYNC_NAME + "(") >= len(funcs) + 1  # its definition and a call a kernel
-    assert "__shared__ alignas(64) float w_shared_ptr[" in source
+    ctype = {"float32": "float", "float16": "half"}[dtype]
+    on_chip = {s for s, (_, v, _) in funcs.items() if not v.get("w_hh_global")}
+    assert len(on_chip) == len(funcs) // 2  # and as many w_hh_global entries, without shared memory
+    assert source.count(f"extern __shared__ __align__(64) {ctype} w_shared_ptr[];") == len(on_chip)
     assert "atomic" not in source.split(cuda.GRID_SYNC_END)[1]  # only the barrier's counter is atomic
     _, resources = cuda.compile_fatbin(source, ("sm_80", "sm_90"), tmp_path)
     kernels = cuda.device_kernels(source, resources, ("sm_80", "sm_90"))
@@ -179,8 +299,24 @@ def test_nvcc_builds_for_sm80_and_sm90_within_the_ptxas_limits(op_name, tmp_path
     for k in kernels:
         for arch in ("sm_80", "sm_90"):
             r = k["arch"][arch]
-            assert r["spill_bytes"] == 0, (k["name"], arch, r)
+            assert r["spill_bytes"] == 0 and r["shared_bytes"] == 0, (k["name"], arch, r)
             assert cuda.co_resident_blocks(arch, k["threads"], r["registers"], r["shared_bytes"]) >= 1
+    assert len(launches) == len(funcs)
+    rule = lstm_layer.LstmLayerForward()
+    record = rule.dynamic_shared(tgt, dtype)
+    size = record["else"]
+    last = 2608 * 4 // size  # the last H on chip with sm_80 and sm_90 (163 KB)
+    for call in launches:
+        symbol = call.args[0].value.removesuffix("_kernel")
+        if symbol in on_chip:
+            assert list(call.attrs.launch_params)[-1] == "tirx.use_dyn_shared_memory"
+            for H in (1, 37, 800, 2608, last, last + 1, 6000):
+                assert _at(call.args[-1], H=H) == cuda.dynamic_shared_bytes(record, H), H
+        else:  # no dynamic shared memory: what the w_hh_global record gives at every H
+            assert "tirx.use_dyn_shared_memory" not in list(call.attrs.launch_params)
+            assert cuda.dynamic_shared_bytes(rule.dynamic_shared(tgt, dtype, w_hh_global=True), 6000) == 0
+    assert cuda.dynamic_shared_bytes(record, last) == last * 16 * size
+    assert cuda.dynamic_shared_bytes(record, last + 1) == size
 
 
 def test_launch_check_takes_the_kernels_ptxas_resources_for_the_device():
@@ -203,22 +339,25 @@ def test_launch_check_takes_the_kernels_ptxas_resources_for_the_device():
 @pytest.mark.parametrize("op_name", OPS)
 def test_the_manifest_records_the_units_a_block_owns(op_name):
     """The loader finds a layer kernel's grid (ceil(H / units) blocks) from the manifest's grid_units,
-    set by the rule from its block shape: the GPU machine's runtime has no TVM compiler to ask the
-    schedule.  Kernels without a grid barrier record none."""
+    and a launch's dynamic shared memory from its dynamic_shared, set by the rule from its block shape
+    and the archs built: the GPU machine's runtime has no TVM compiler to ask the schedule.  Kernels
+    without a grid barrier record neither."""
     funcs, tgt = build.schedule_variants(op_name, "cuda", "float32")
     rule = lstm_layer.LstmLayerForward() if op_name.endswith("forward") else lstm_layer.LstmLayerBackward()
     units = rule.shape(tgt)[0]
     assert units == rule.knob("UNITS", tgt)
-    for f, _, _ in funcs.values():
-        assert build._launch_facts(f) == {"grid_units": units}
+    assert [v for _, v, _ in funcs.values()] == list(te_defs.get(op_name).variants_for("cuda"))
+    for f, v, _ in funcs.values():  # the w_hh_global entry keeps no slice: one value at every H
+        assert build._launch_facts(f) == {"grid_units": units, "dynamic_shared": {
+            "bytes_per_h": 4 * units * 4, "up_to": targets.cuda.optin_shared_bytes(), "else": 4}
+            if not v.get("w_hh_global") else {"bytes_per_h": 0, "up_to": 0, "else": 0}}
     cell, _ = build.schedule_variants("lstm_cell_forward", "cuda", "float32")
     assert all(build._launch_facts(f) == {} for f, _, _ in cell.values())
 
 
-def test_the_full_lstms_launch_check_takes_the_grid_from_the_manifest(monkeypatch):
-    """fusedgrad/lstm/buffers.py's check before a layer kernel's launch: ceil(H / grid_units) blocks
-    against the device (H from w_hh, the second argument); an artifact whose manifest predates
-    grid_units is refused with what to do, not guessed."""
+@pytest.fixture
+def on_h200(monkeypatch):
+    """(torch, fusedgrad.lstm.buffers) with torch's device properties an H200's: 132 SMs of sm_90."""
     torch = pytest.importorskip("torch")
     from fusedgrad.lstm import buffers
 
@@ -226,22 +365,62 @@ def test_the_full_lstms_launch_check_takes_the_grid_from_the_manifest(monkeypatc
         major, minor, multi_processor_count = 9, 0, 132
 
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: H200)
-    entry = {"library": "x.so", "kernels": [{"symbol": "fg_x", "grid_units": 8}],
+    return torch, buffers
+
+
+def _kernels(**funcs):
+    """Runtime kernels (symbol, func) as ``buffers._co_resident`` takes them, in the order given."""
+    from types import SimpleNamespace
+
+    return [SimpleNamespace(symbol=symbol, func=func) for symbol, func in funcs.items()]
+
+
+def test_the_full_lstms_launch_check_takes_the_grid_from_the_manifest(on_h200):
+    """fusedgrad/lstm/buffers.py's check before a layer kernel's launch: ceil(H / grid_units) blocks
+    against the device (H from w_hh, the second argument), each with ptxas' static shared memory plus
+    the launch's dynamic bytes at that H (the manifest's dynamic_shared); an artifact whose manifest
+    predates either record is refused with what to do, not guessed."""
+    torch, buffers = on_h200
+    global_only = {"bytes_per_h": 32, "up_to": 0, "else": 4}  # the slice never on chip: 4 bytes a block
+    entry = {"library": "x.so", "kernels": [{"symbol": "fg_x", "grid_units": 8, "dynamic_shared": global_only}],
              "device_kernels": [{"name": "fg_x_kernel", "threads": 128, "arch": {
                  "sm_90": {"registers": 40, "shared_bytes": 48 * 1024}}}]}
     calls = []
-    launch = buffers._co_resident(lambda *a: calls.append(a) or "ran", entry, "fg_x")
+    launch = buffers._co_resident(entry, _kernels(fg_x=lambda *a: calls.append(a) or "ran"))
     w_hh = torch.empty(4 * 4224, 4224)  # 528 blocks of 8 units: 132 SMs x 4, the most that fit
     assert launch("xw", w_hh) == "ran" and len(calls) == 1
     with pytest.raises(cuda.CoResidencyError, match="grid of 529 blocks"):
         launch("xw", torch.empty(4 * 4225, 4225))
     assert len(calls) == 1
     entry["kernels"][0]["grid_units"] = 16  # the same H at 16 units a block: 265 blocks, which fit
-    assert buffers._co_resident(lambda *a: "ran", entry, "fg_x")("xw", torch.empty(4 * 4225, 4225)) == "ran"
-    del entry["kernels"][0]["grid_units"]
-    with pytest.raises(ValueError, match="grid_units; the artifact x.so predates it: build it again"):
-        buffers._co_resident(lambda *a: None, entry, "fg_x")
+    assert buffers._co_resident(entry, _kernels(fg_x=lambda *a: "ran"))("xw", torch.empty(4 * 4225, 4225)) == "ran"
+    for key in ("dynamic_shared", "grid_units"):
+        older = {**entry, "kernels": [{k: v for k, v in entry["kernels"][0].items() if k != key}]}
+        with pytest.raises(ValueError, match=f"record the persistent kernel's {key}; the artifact x.so predates it"):
+            buffers._co_resident(older, _kernels(fg_x=lambda *a: None))
 
+
+def test_the_launch_takes_the_slice_on_chip_where_that_grid_fits_else_global_w_hh(on_h200):
+    """The launch check counts the slice a launch asks for and picks the entry point: 4 units a block,
+    no static shared memory, the slice 64 H bytes on chip to 163 KB.  On an H200 (132 SMs, 228 KiB a SM,
+    1 KiB reserved a block) H = 1024 is 256 blocks of 64 KiB, three a SM: on chip; H = 1280, 320 blocks
+    of 80 KiB, two a SM (264 at most): the w_hh_global entry (no shared memory, 12 a SM by registers);
+    H = 6400, 1600 blocks: neither (1584 at most), refused naming both."""
+    torch, buffers = on_h200
+    record = lstm_layer.LstmLayerForward().dynamic_shared(None, "float32")
+    off_chip = lstm_layer.LstmLayerForward().dynamic_shared(None, "float32", w_hh_global=True)
+    resources = {"threads": 128, "arch": {"sm_90": {"registers": 40, "shared_bytes": 0}}}
+    entry = {"library": "x.so", "kernels": [{"symbol": "fg_x", "grid_units": 4, "dynamic_shared": record},
+                                            {"symbol": "fg_x_g", "grid_units": 4, "dynamic_shared": off_chip}],
+             "device_kernels": [{"name": "fg_x_kernel", **resources}, {"name": "fg_x_g_kernel", **resources}]}
+    launch = buffers._co_resident(entry, _kernels(fg_x=lambda *a: "on chip", fg_x_g=lambda *a: "global"))
+    assert launch("xw", torch.empty(4 * 1024, 1024)) == "on chip"
+    assert launch("xw", torch.empty(4 * 1280, 1280)) == "global"
+    assert launch("xw", torch.empty(4 * 6336, 6336)) == "on chip"  # past 163 KB the slice is not on chip
+    with pytest.raises(cuda.CoResidencyError, match=r"fg_x: .*320 blocks .* at most 264 \(132 SMs x 2 .* 81920 bytes"):
+        cuda.persistent_choice(entry, ["fg_x"], 1280, (9, 0), 132)
+    with pytest.raises(cuda.CoResidencyError, match=r"H = 6400; fg_x: .*1600 blocks .* at most 1584.*; fg_x_g: .*1600"):
+        launch("xw", torch.empty(4 * 6400, 6400))
 
 def test_the_committed_sources_define_the_grid_barrier_they_call():
     """generated/cuda's .cu files are what a user compiles: one that calls the grid barrier carries its

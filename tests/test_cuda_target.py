@@ -19,7 +19,7 @@ import pytest
 import build_cache
 
 from fusedgrad import api, runtime, schedules, targets, te_defs
-from fusedgrad.lowering import build, cuda, tvm_api, tvm_workarounds
+from fusedgrad.lowering import build, cuda, naming, tvm_api, tvm_workarounds
 from fusedgrad.schedules import tir_api
 
 NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
@@ -30,7 +30,7 @@ needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc (CUDA toolkit) is not
 MULTI_DTYPE = ("lstm_cell_backward", "layer_norm_backward")
 LSTM_KERNELS = ("matmul_packed", "pack_b", "pack_bt", "lstm_cell_forward", "lstm_step_backward", "column_sum")
 TENSOR_CORE = ("matmul",)  # float16 / bfloat16 inputs, and float32 ones as TF32 (tests/test_cuda_matmul.py)
-# the persistent layer kernels of the recurrence (float32; tests/test_cuda_lstm_layer.py)
+# the persistent layer kernels of the recurrence (float32 and float16; tests/test_cuda_lstm_layer.py)
 LSTM_LAYER = ("lstm_layer_forward", "lstm_layer_backward")
 HAND = MULTI_DTYPE + LSTM_KERNELS + TENSOR_CORE + LSTM_LAYER
 TOL = {"float32": 2e-5, "float16": 2e-2, "bfloat16": 8e-2}
@@ -261,12 +261,15 @@ def test_emulated_step_backward_writes_dgates_t_into_a_wider_view(emulated):
 
 def test_cuda_target_serves_the_ops_the_cuda_api_runs():
     """The CUDA API runs the LSTM-cell and LayerNorm backward (every dtype) and the full LSTM's
-    float32 kernels; each has a hand rule.  The LSTM's kernels exist in float32 only."""
+    float32 kernels; each has a hand rule.  The LSTM's kernels exist in float32 only, its persistent
+    layer kernels also in float16 (their definitions' storage dtypes)."""
     info = targets.get("cuda")
     assert set(info.ops) == set(HAND)
     assert {rule.op for rule in schedules.rules(info.schedules) if rule.op} == set(HAND)
-    for op_name in LSTM_KERNELS + LSTM_LAYER:
+    for op_name in LSTM_KERNELS:
         assert info.dtypes_for(op_name) == ("float32",)
+    for op_name in LSTM_LAYER:
+        assert info.dtypes_for(op_name) == ("float32", "float16")
     assert set(info.dtypes_for("matmul")) == {"float16", "bfloat16", "float32"}  # float32: TF32
     assert "matmul" not in targets.get("llvm").ops  # the CPU's GEMM is matmul_packed
     with pytest.raises(ValueError, match=r"\('matmul_packed', 'cuda', 'float16'\) is not supported"):
@@ -435,6 +438,44 @@ def test_hand_schedules_are_used(cuda_artifacts):
                                 if n.rsplit("_kernel", 1)[0] == k["symbol"]] for k in cell["kernels"]}
     for symbol, kernels in per_symbol.items():
         assert len(kernels) == 2 * (2 if "bias" in symbol.split("__")[1] else 1), (symbol, kernels)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("op_name", LSTM_LAYER)
+def test_the_persistent_layer_launch_keeps_w_hh_on_chip_where_that_grid_fits(cuda_artifacts, op_name, monkeypatch):
+    """The full LSTM's layer kernel (fusedgrad/lstm/buffers.py's ``kernel``) with the built artifact's
+    manifest (grid_units, dynamic_shared, ptxas' registers; each entry point standing in by its name),
+    torch's device properties a 108-SM sm_80's and a 132-SM sm_90's: it launches the entry with W_hh's
+    slice on chip where that grid is resident (16·H² bytes of shared memory over it: to H = 864 / 1200),
+    else the w_hh_global entry (no shared memory, 64 / 56 registers: to H = 3456 / 4752), where the
+    on-chip grid alone is refused; refused naming both where neither grid fits (docs/cuda.md quotes
+    these bounds)."""
+    from types import SimpleNamespace
+
+    torch = pytest.importorskip("torch")
+    from fusedgrad.lstm import buffers
+
+    manifest = json.loads((cuda_artifacts / "manifest.json").read_text())
+    (entry,) = [a for a in manifest["artifacts"] if a["op"] == op_name]
+    names = {k["symbol"]: (lambda *a, symbol=k["symbol"]: symbol) for k in entry["kernels"]}
+    monkeypatch.setattr(runtime, "artifact", lambda *key: runtime.Artifact(entry, names, None))
+    variant = next(k["variant"] for k in entry["kernels"] if "w_hh_global" not in k["variant"])
+    on, off = (naming.entry_symbol(op_name, "float32", v) for v in (variant, {**variant, "w_hh_global": True}))
+    picks = {(8, 108): {864: on, 865: off, 1024: off, 2000: off, 3456: off, 3457: None},
+             (9, 132): {1024: on, 1200: on, 1201: off, 1280: off, 2000: off, 4752: off, 4753: None}}
+    for (major, sms), cases in picks.items():
+        props = SimpleNamespace(major=major, minor=0, multi_processor_count=sms)
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: props)
+        launch = buffers.kernel.__wrapped__(op_name, "cuda", "float32", **variant)  # not the process's cache
+        for H, want in cases.items():
+            if want is None:  # neither grid fits
+                with pytest.raises(cuda.CoResidencyError, match=f"H = {H}; {on}: .*cannot be resident.*; {off}: "):
+                    launch(None, torch.empty(0, H))
+                continue
+            assert launch(None, torch.empty(0, H)) == want, (major, sms, H)
+            if want == off:  # the on-chip grid alone is refused there
+                with pytest.raises(cuda.CoResidencyError, match=f"{on}: .*cannot be resident"):
+                    cuda.persistent_choice(entry, [on], H, (major, 0), sms)
 
 
 @needs_nvcc

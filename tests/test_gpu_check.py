@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import fusedgrad.schedules.cuda as cuda_rules
 from fusedgrad.schedules.cuda import lstm_layer
 from fusedgrad.schedules.cuda import matmul as cuda_matmul
 
@@ -48,11 +49,12 @@ def test_check_refuses_an_unknown_section_before_touching_a_gpu(gpu_check, tmp_p
 def test_swept_knobs_set_constants_and_answer_derived_knobs_for_their_module_only(gpu_check):
     fwd, bwd = lstm_layer.LstmLayerForward(), lstm_layer.LstmLayerBackward()
     shipped = (fwd.knob("UNITS"), fwd.knob("CHUNK"), lstm_layer.CHUNK)
-    mf = cuda_matmul.MF
+    gemm = cuda_matmul.Matmul()
+    stages = gemm.knob("STAGES")
     with gpu_check.swept_knobs("fusedgrad.schedules.cuda.lstm_layer", {"UNITS": 16, "CHUNK": 4}):
         assert (fwd.knob("UNITS"), bwd.knob("UNITS")) == (16, 16)  # derived from the target otherwise
         assert (fwd.knob("CHUNK"), lstm_layer.CHUNK) == (4, 4)  # a module constant
-        assert cuda_matmul.MF == mf
+        assert gemm.knob("STAGES") == stages  # another module's knob: untouched
     assert (fwd.knob("UNITS"), fwd.knob("CHUNK"), lstm_layer.CHUNK) == shipped
     with pytest.raises(RuntimeError):
         with gpu_check.swept_knobs("fusedgrad.schedules.cuda.lstm_layer", {"UNITS": 16}):
@@ -67,7 +69,9 @@ def test_every_swept_setting_names_a_knob_of_its_rules(gpu_check):
 
     for (op_name, module), settings in gpu_check.SWEEP.items():
         mod = importlib.import_module(module)
-        rules = [r for r in getattr(mod, "RULES", ()) if isinstance(r, ScheduleRule) and r.op == op_name]
+        rules = [r for r in cuda_rules.RULES if isinstance(r, ScheduleRule) and r.op == op_name
+                 and type(r).__module__ == module]
+        assert rules, (op_name, module)
         knobs = {k for r in rules for k in type(r).KNOBS} | {k for k in vars(mod) if k.isupper()}
         for params in settings:
             assert set(params) <= knobs, (op_name, params)

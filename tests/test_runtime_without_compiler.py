@@ -99,10 +99,12 @@ def test_the_full_lstms_launch_check_needs_no_schedule(runtime_only):
             major, minor, multi_processor_count = 9, 0, 132
 
         torch.cuda.get_device_properties = lambda device: Props
-        entry = {"kernels": [{"symbol": "fg_x", "grid_units": 8}],
+        entry = {"kernels": [{"symbol": "fg_x", "grid_units": 8,
+                              "dynamic_shared": {"bytes_per_h": 128, "up_to": 166912, "else": 4}}],
                  "device_kernels": [{"name": "fg_x_kernel", "threads": 128,
                                      "arch": {"sm_90": {"registers": 90, "shared_bytes": 49152}}}]}
-        print(buffers._co_resident(lambda *a: "ran", entry, "fg_x")(None, torch.empty(1024, 256)))
+        kernel = type("Kernel", (), {"symbol": "fg_x", "func": staticmethod(lambda *a: "ran")})
+        print(buffers._co_resident(entry, [kernel])(None, torch.empty(1024, 256)))
         print("schedules imported:", any(m.startswith("fusedgrad.schedules.cuda") for m in sys.modules))
     """)
     assert out.strip().splitlines() == ["ran", "schedules imported: False"]

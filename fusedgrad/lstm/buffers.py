@@ -33,34 +33,40 @@ PERSISTENT = ("lstm_layer_forward", "lstm_layer_backward")  # CUDA kernels whose
 @functools.lru_cache(maxsize=None)
 def kernel(op: str, target: str = "llvm", dtype: str = "float32", **variant: bool):
     """The bare ``dtype`` entry point of ``op``'s ``variant`` for ``target``, loaded once per process;
-    on CUDA the persistent layer kernels' grid is checked before each launch (``_co_resident``)."""
+    on CUDA a persistent layer kernel launches its entry point with W_hh's slice on chip where that
+    grid fits the device, else its ``w_hh_global`` one (``_co_resident``)."""
     art = runtime.artifact(op, dtype, target)
-    k = art.kernel(variant)
     if target == "cuda" and op in PERSISTENT:
-        return _co_resident(k.func, art.entry, k.symbol)
-    return k.func
+        return _co_resident(art.entry, [art.kernel(variant), art.kernel({**variant, W_HH_GLOBAL: True})])
+    return art.kernel(variant).func
 
 
-def _co_resident(func, entry, symbol: str):
-    """``func`` refusing a launch whose grid (a block per ``grid_units`` hidden units, as the manifest
-    records for the kernel; H from w_hh, the second argument) the tensors' GPU cannot hold at once (a
-    grid barrier would wait forever).  Nothing here needs TVM's compiler: the GPU machine has none."""
+W_HH_GLOBAL = "w_hh_global"  # the layer kernels' CUDA entry point reading W_hh from global memory
+
+
+def _co_resident(entry, kernels):
+    """A launch of the first of ``kernels`` (runtime kernels of one persistent layer kernel, the preferred
+    first) whose grid (a block per ``grid_units`` hidden units as the manifest records, H from w_hh, the
+    second argument), each block with the launch's dynamic shared memory at that H (``dynamic_shared``),
+    the tensors' GPU holds at once (``lowering.cuda.persistent_choice``); CoResidencyError where none
+    does (a grid barrier would wait forever).  The choice is kept per H and device kind.  Nothing here
+    needs TVM's compiler: the GPU machine has none."""
     import torch
 
     from ..lowering import cuda
 
-    (record,) = [k for k in entry["kernels"] if k["symbol"] == symbol]
-    if "grid_units" not in record:
-        raise ValueError(f"{symbol}: expected the manifest to record the persistent kernel's grid_units; the "
-                         f"artifact {entry.get('library')} predates it: build it again")
-    units = int(record["grid_units"])
+    funcs = {k.symbol: k.func for k in kernels}
+    for symbol in funcs:
+        cuda.launch_record(entry, symbol)  # an artifact that predates the records: refused at load
+    chosen: dict = {}
 
     def call(*args):
-        w_hh = args[1]
-        props = torch.cuda.get_device_properties(w_hh.device)
-        cuda.check_persistent_launch(entry, symbol, -(-int(w_hh.shape[1]) // units), (props.major, props.minor),
-                                     props.multi_processor_count)
-        return func(*args)
+        H = int(args[1].shape[1])
+        props = torch.cuda.get_device_properties(args[1].device)
+        key = (H, props.major, props.minor, props.multi_processor_count)
+        if key not in chosen:
+            chosen[key] = cuda.persistent_choice(entry, list(funcs), H, key[1:3], key[3])
+        return funcs[chosen[key]](*args)
     return call
 
 

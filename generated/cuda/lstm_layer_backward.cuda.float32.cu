@@ -4,6 +4,8 @@
 // regenerate: fusedgrad generate --sources
 // fg_lstm_layer_backward_float32__none: variant {'reverse': False}, schedule rule LstmLayerBackward
 // fg_lstm_layer_backward_float32__reverse: variant {'reverse': True}, schedule rule LstmLayerBackward
+// fg_lstm_layer_backward_float32__reverse_w_hh_global: variant {'reverse': True, 'w_hh_global': True}, schedule rule LstmLayerBackward
+// fg_lstm_layer_backward_float32__w_hh_global: variant {'reverse': False, 'w_hh_global': True}, schedule rule LstmLayerBackward
 // ---- the grid barrier of the persistent kernels (fusedgrad targets/cuda_grid_sync.cuh)
 // A counter every block's thread 0 increments on arrival; the last to arrive sets it back to zero and
 // then advances the generation, which the others wait on.  The generation is read before arriving, so
@@ -91,57 +93,42 @@ static __device__ __forceinline__ int fg_grid_sync(unsigned int blocks) {
   #define uchar unsigned char
   #define ushort unsigned short
 #endif
-extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float32__none_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ dc0_ptr, float* __restrict__ dgates_ptr, float* __restrict__ dgates_t_ptr, float* __restrict__ dh0_ptr, float* __restrict__ dy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ grad_cy_ptr, float* __restrict__ grad_hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int cse_v14, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1);
-extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float32__reverse_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ dc0_ptr, float* __restrict__ dgates_ptr, float* __restrict__ dgates_t_ptr, float* __restrict__ dh0_ptr, float* __restrict__ dy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ grad_cy_ptr, float* __restrict__ grad_hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int cse_v14, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1);
-extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float32__none_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ dc0_ptr, float* __restrict__ dgates_ptr, float* __restrict__ dgates_t_ptr, float* __restrict__ dh0_ptr, float* __restrict__ dy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ grad_cy_ptr, float* __restrict__ grad_hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int cse_v14, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1) {
-  __shared__ alignas(64) float w_shared_ptr[12288];
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float32__none_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ dc0_ptr, float* __restrict__ dgates_ptr, float* __restrict__ dgates_t_ptr, float* __restrict__ dh0_ptr, float* __restrict__ dy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ grad_cy_ptr, float* __restrict__ grad_hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1);
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float32__reverse_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ dc0_ptr, float* __restrict__ dgates_ptr, float* __restrict__ dgates_t_ptr, float* __restrict__ dh0_ptr, float* __restrict__ dy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ grad_cy_ptr, float* __restrict__ grad_hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1);
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float32__w_hh_global_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ dc0_ptr, float* __restrict__ dgates_ptr, float* __restrict__ dgates_t_ptr, float* __restrict__ dh0_ptr, float* __restrict__ dy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ grad_cy_ptr, float* __restrict__ grad_hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1);
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float32__reverse_w_hh_global_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ dc0_ptr, float* __restrict__ dgates_ptr, float* __restrict__ dgates_t_ptr, float* __restrict__ dh0_ptr, float* __restrict__ dy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ grad_cy_ptr, float* __restrict__ grad_hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1);
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float32__none_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ dc0_ptr, float* __restrict__ dgates_ptr, float* __restrict__ dgates_t_ptr, float* __restrict__ dh0_ptr, float* __restrict__ dy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ grad_cy_ptr, float* __restrict__ grad_hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1) {
+  extern __shared__ __align__(64) float w_shared_ptr[];
   alignas(64) float dh_part_ptr[4];
   alignas(64) float held_ptr[128];
   alignas(64) float held_ptr_1[128];
-  bool fits = (H <= 768);
-  int cse_v2 = (((int)blockIdx.x) * 4);
-  int cse_v3 = (((int)threadIdx.x) & 3);
-  int cse_v16 = ((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3));
-  for (int e = 0; e < 96; ++e) {
-    int cse_v4 = (H - 1);
-    int cse_v15 = ((e * 128) + ((int)threadIdx.x));
-    float condval;
-    if (((H <= 768) && (((e * 128) + ((int)threadIdx.x)) < (H * 16))) && (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H)) {
-      condval = w_hh_ptr[((min(((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)), (H - 1)) + (((((int)threadIdx.x) & 15) >> 2) * w_hh_s0)) + (min(((e * 8) + (((int)threadIdx.x) >> 4)), (H - 1)) * w_hh_s1))];
-    } else {
-      condval = 0x0p+0f/*0.000000e+00*/;
+  if (H <= 2608) {
+    for (int e = 0; e < ((H + 7) >> 3); ++e) {
+      if (((e * 128) + ((int)threadIdx.x)) < (H * 16)) {
+        float condval;
+        if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+          condval = w_hh_ptr[((min(((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)), (H - 1)) + (((((int)threadIdx.x) & 15) >> 2) * w_hh_s0)) + (((e * 8) + (((int)threadIdx.x) >> 4)) * w_hh_s1))];
+        } else {
+          condval = 0x0p+0f/*0.000000e+00*/;
+        }
+        w_shared_ptr[((e * 128) + ((int)threadIdx.x))] = condval;
+      }
     }
-    w_shared_ptr[((e * 128) + ((int)threadIdx.x))] = condval;
   }
   __syncthreads();
-  int cse_v5 = (((int)threadIdx.x) >> 2);
-  int cse_v17 = ((B + 31) - (((int)threadIdx.x) >> 2));
+  bool fits = (H <= 2608);
   if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
     for (int q = 0; q < (((B + 31) - (((int)threadIdx.x) >> 2)) >> 5); ++q) {
-      int cse_v18 = ((q * 32) + (((int)threadIdx.x) >> 2));
-      int cse_v65 = (((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3));
       dh0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = grad_hy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * grad_hy_s0)) + (((int)threadIdx.x) & 3))];
       dc0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = grad_cy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * grad_cy_s0)) + (((int)threadIdx.x) & 3))];
     }
   }
   for (int s = 0; s < T; ++s) {
-    int cse_v6 = (T - s);
-    int cse_v19 = ((T - s) - 1);
     int tt = ((T - s) - 1);
     int n = batch_sizes_ptr[((T - s) - 1)];
-    int cse_v21 = ((((int)threadIdx.x) >> 2) * 4);
-    int cse_v60 = (max(((n + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5);
-    int cse_v62 = ((((T - s) - 1) * B) * 4);
     if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
-      int cse_v76 = (((((((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B);
-      int cse_v83 = ((((((((((int)blockIdx.x) * 4) + H) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B);
-      int cse_v84 = ((((((((((int)blockIdx.x) * 4) + (H * 2)) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B);
-      int cse_v85 = ((((((((((int)blockIdx.x) * 4) + (H * 3)) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B);
       for (int q_1 = 0; q_1 < (max(((n + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_1) {
-        int cse_v20 = ((q_1 * 32) + (((int)threadIdx.x) >> 2));
-        int cse_v66 = (((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3));
         float dh_t = (dh0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] + dy_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * dy_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * dy_s1)) + (((int)threadIdx.x) & 3))]);
-        int cse_v61 = (min(((T - s) - 1), T) - 1);
         float condval_1;
         if ((2 <= (T - s)) && (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < batch_sizes_ptr[max((min(((T - s) - 1), T) - 1), 0)])) {
           condval_1 = c_ptr[((((((int)blockIdx.x) * 4) + ((min(((T - s) - 1), T) - 1) * c_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * c_s1)) + (((int)threadIdx.x) & 3))];
@@ -149,16 +136,9 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float32
           condval_1 = c0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * c0_s0)) + (((int)threadIdx.x) & 3))];
         }
         float c_prev = condval_1;
-        int cse_v69 = ((((((int)blockIdx.x) * 4) + (((T - s) - 1) * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3));
-        int cse_v70 = ((((((int)blockIdx.x) * 4) + (((T - s) - 1) * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3));
         float dc_t = (dc0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] + ((dh_t * o_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - (tanhc_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))] * tanhc_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))]))));
-        int cse_v67 = (((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4));
-        int cse_v71 = ((((((int)blockIdx.x) * 4) + (((T - s) - 1) * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3));
-        int cse_v72 = ((((((int)blockIdx.x) * 4) + (((T - s) - 1) * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3));
         dgates_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) * H)) + (((int)threadIdx.x) & 3))] = (((dc_t * g_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))]) * i_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - i_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]));
         dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((((((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B))] = (((dc_t * g_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))]) * i_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - i_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]));
-        float cse_v7 = (dc_t * c_prev);
-        int cse_v73 = ((((((int)blockIdx.x) * 4) + (((T - s) - 1) * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3));
         dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H)) + (((int)threadIdx.x) & 3))] = (((dc_t * c_prev) * f_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - f_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]));
         dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((((int)blockIdx.x) * 4) + H) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B))] = (((dc_t * c_prev) * f_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - f_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]));
         dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 2) * H)) + (((int)threadIdx.x) & 3))] = ((dc_t * i_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - (g_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))] * g_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))])));
@@ -168,47 +148,28 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float32
         dc0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (dc_t * f_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]);
       }
       for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
-        int cse_v74 = ((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + (n * 4)) + ((((T - s) - 1) * B) * 4));
-        dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + (n * 4)) + ((((T - s) - 1) * B) * 4)) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
-        int cse_v22 = ((q_2 * 32) + (((int)threadIdx.x) >> 2));
+        dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + (n * 4)) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
         dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((((((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B)) + n)] = 0x0p+0f/*0.000000e+00*/;
-        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + (n * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + (n * 4)) + 1) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
         dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((((int)blockIdx.x) * 4) + H) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B)) + n)] = 0x0p+0f/*0.000000e+00*/;
-        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + (n * 4)) + ((((T - s) - 1) * B) * 4)) + 2) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + (n * 4)) + 2) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
         dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((((int)blockIdx.x) * 4) + (H * 2)) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B)) + n)] = 0x0p+0f/*0.000000e+00*/;
-        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + (n * 4)) + ((((T - s) - 1) * B) * 4)) + 3) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + (n * 4)) + 3) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
         dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((((int)blockIdx.x) * 4) + (H * 3)) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B)) + n)] = 0x0p+0f/*0.000000e+00*/;
       }
     }
-    fg_grid_sync(cse_v14);
+    fg_grid_sync(((H + 3) >> 2));
     if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
       for (int q_3 = 0; q_3 < (max(((n + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_3) {
         dh_part_ptr[0] = 0x0p+0f/*0.000000e+00*/;
         dh_part_ptr[1] = 0x0p+0f/*0.000000e+00*/;
         dh_part_ptr[2] = 0x0p+0f/*0.000000e+00*/;
         dh_part_ptr[3] = 0x0p+0f/*0.000000e+00*/;
-        int cse_v8 = (H >> 5);
-        int cse_v10 = (H & 31);
-        int cse_v24 = ((H >> 5) * 32);
-        int cse_v68 = (((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4));
-        int cse_v75 = ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) * H);
-        int cse_v78 = (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H);
-        int cse_v79 = (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 2) * H);
-        int cse_v80 = (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 3) * H);
-        int cse_v81 = (((H >> 5) * 32) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) * H));
-        int cse_v89 = (((H >> 5) * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H));
-        int cse_v90 = (((H >> 5) * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 2) * H));
-        int cse_v91 = (((H >> 5) * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 3) * H));
-        if (H <= 768) {
+        if (H <= 2608) {
           for (int r_outer = 0; r_outer < (H >> 5); ++r_outer) {
-            int cse_v9 = (r_outer * 32);
-            int cse_v77 = ((r_outer * 32) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) * H));
             held_ptr[0] = dgates_ptr[((r_outer * 32) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) * H))];
-            int cse_v86 = ((r_outer * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H));
             held_ptr[1] = dgates_ptr[((r_outer * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H))];
-            int cse_v87 = ((r_outer * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 2) * H));
             held_ptr[2] = dgates_ptr[((r_outer * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 2) * H))];
-            int cse_v88 = ((r_outer * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 3) * H));
             held_ptr[3] = dgates_ptr[((r_outer * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 3) * H))];
             held_ptr[4] = dgates_ptr[(((r_outer * 32) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) * H)) + 1)];
             held_ptr[5] = dgates_ptr[(((r_outer * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H)) + 1)];
@@ -334,7 +295,6 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float32
             held_ptr[125] = dgates_ptr[(((r_outer * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H)) + 31)];
             held_ptr[126] = dgates_ptr[(((r_outer * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 2) * H)) + 31)];
             held_ptr[127] = dgates_ptr[(((r_outer * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 3) * H)) + 31)];
-            int cse_v23 = ((r_outer * 512) + (((int)threadIdx.x) & 3));
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[0] * w_shared_ptr[((r_outer * 512) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[1] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 4)]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[2] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 8)]));
@@ -465,27 +425,16 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float32
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[127] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 508)]));
           }
           for (int r_tail = 0; r_tail < (H & 31); ++r_tail) {
-            int cse_v63 = ((((H >> 5) * 512) + (r_tail * 16)) + (((int)threadIdx.x) & 3));
             dh_part_ptr[0] = (dh_part_ptr[0] + (dgates_ptr[((((H >> 5) * 32) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) * H)) + r_tail)] * w_shared_ptr[((((H >> 5) * 512) + (r_tail * 16)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (dgates_ptr[((((H >> 5) * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H)) + r_tail)] * w_shared_ptr[(((((H >> 5) * 512) + (r_tail * 16)) + (((int)threadIdx.x) & 3)) + 4)]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (dgates_ptr[((((H >> 5) * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 2) * H)) + r_tail)] * w_shared_ptr[(((((H >> 5) * 512) + (r_tail * 16)) + (((int)threadIdx.x) & 3)) + 8)]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (dgates_ptr[((((H >> 5) * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 3) * H)) + r_tail)] * w_shared_ptr[(((((H >> 5) * 512) + (r_tail * 16)) + (((int)threadIdx.x) & 3)) + 12)]));
           }
         } else {
-          int cse_v12 = (w_hh_s0 * 2);
-          int cse_v13 = (w_hh_s0 * 3);
-          int cse_v25 = ((((int)blockIdx.x) * 4) + w_hh_s0);
-          int cse_v26 = ((((int)blockIdx.x) * 4) + (w_hh_s0 * 2));
-          int cse_v27 = ((((int)blockIdx.x) * 4) + (w_hh_s0 * 3));
           for (int r_outer_1 = 0; r_outer_1 < (H >> 5); ++r_outer_1) {
-            int cse_v11 = (r_outer_1 * 32);
-            int cse_v82 = ((r_outer_1 * 32) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) * H));
             held_ptr_1[0] = dgates_ptr[((r_outer_1 * 32) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) * H))];
-            int cse_v92 = ((r_outer_1 * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H));
             held_ptr_1[1] = dgates_ptr[((r_outer_1 * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H))];
-            int cse_v93 = ((r_outer_1 * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 2) * H));
             held_ptr_1[2] = dgates_ptr[((r_outer_1 * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 2) * H))];
-            int cse_v94 = ((r_outer_1 * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 3) * H));
             held_ptr_1[3] = dgates_ptr[((r_outer_1 * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 3) * H))];
             held_ptr_1[4] = dgates_ptr[(((r_outer_1 * 32) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) * H)) + 1)];
             held_ptr_1[5] = dgates_ptr[(((r_outer_1 * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H)) + 1)];
@@ -611,169 +560,136 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float32
             held_ptr_1[125] = dgates_ptr[(((r_outer_1 * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H)) + 31)];
             held_ptr_1[126] = dgates_ptr[(((r_outer_1 * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 2) * H)) + 31)];
             held_ptr_1[127] = dgates_ptr[(((r_outer_1 * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 3) * H)) + 31)];
-            int cse_v28 = (((r_outer_1 * w_hh_s1) * 32) + (((int)blockIdx.x) * 4));
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[0] * w_hh_ptr[((((r_outer_1 * w_hh_s1) * 32) + (((int)blockIdx.x) * 4)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[1] * w_hh_ptr[(((((r_outer_1 * w_hh_s1) * 32) + (((int)blockIdx.x) * 4)) + w_hh_s0) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[2] * w_hh_ptr[(((((r_outer_1 * w_hh_s1) * 32) + (((int)blockIdx.x) * 4)) + (w_hh_s0 * 2)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[3] * w_hh_ptr[(((((r_outer_1 * w_hh_s1) * 32) + (((int)blockIdx.x) * 4)) + (w_hh_s0 * 3)) + (((int)threadIdx.x) & 3))]));
-            int cse_v29 = (((r_outer_1 * 32) + 1) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[4] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 1) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[5] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 1) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[6] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 1) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[7] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 1) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v30 = (((r_outer_1 * 32) + 2) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[8] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 2) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[9] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 2) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[10] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 2) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[11] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 2) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v31 = (((r_outer_1 * 32) + 3) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[12] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 3) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[13] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 3) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[14] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 3) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[15] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 3) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v32 = (((r_outer_1 * 32) + 4) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[16] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 4) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[17] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 4) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[18] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 4) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[19] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 4) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v33 = (((r_outer_1 * 32) + 5) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[20] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 5) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[21] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 5) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[22] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 5) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[23] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 5) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v34 = (((r_outer_1 * 32) + 6) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[24] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 6) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[25] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 6) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[26] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 6) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[27] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 6) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v35 = (((r_outer_1 * 32) + 7) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[28] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 7) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[29] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 7) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[30] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 7) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[31] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 7) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v36 = (((r_outer_1 * 32) + 8) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[32] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 8) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[33] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 8) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[34] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 8) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[35] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 8) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v37 = (((r_outer_1 * 32) + 9) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[36] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 9) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[37] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 9) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[38] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 9) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[39] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 9) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v38 = (((r_outer_1 * 32) + 10) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[40] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 10) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[41] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 10) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[42] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 10) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[43] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 10) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v39 = (((r_outer_1 * 32) + 11) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[44] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 11) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[45] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 11) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[46] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 11) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[47] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 11) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v40 = (((r_outer_1 * 32) + 12) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[48] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 12) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[49] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 12) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[50] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 12) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[51] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 12) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v41 = (((r_outer_1 * 32) + 13) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[52] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 13) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[53] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 13) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[54] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 13) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[55] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 13) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v42 = (((r_outer_1 * 32) + 14) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[56] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 14) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[57] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 14) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[58] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 14) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[59] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 14) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v43 = (((r_outer_1 * 32) + 15) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[60] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 15) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[61] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 15) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[62] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 15) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[63] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 15) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v44 = (((r_outer_1 * 32) + 16) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[64] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 16) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[65] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 16) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[66] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 16) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[67] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 16) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v45 = (((r_outer_1 * 32) + 17) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[68] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 17) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[69] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 17) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[70] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 17) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[71] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 17) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v46 = (((r_outer_1 * 32) + 18) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[72] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 18) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[73] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 18) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[74] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 18) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[75] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 18) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v47 = (((r_outer_1 * 32) + 19) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[76] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 19) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[77] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 19) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[78] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 19) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[79] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 19) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v48 = (((r_outer_1 * 32) + 20) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[80] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 20) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[81] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 20) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[82] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 20) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[83] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 20) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v49 = (((r_outer_1 * 32) + 21) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[84] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 21) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[85] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 21) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[86] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 21) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[87] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 21) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v50 = (((r_outer_1 * 32) + 22) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[88] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 22) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[89] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 22) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[90] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 22) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[91] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 22) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v51 = (((r_outer_1 * 32) + 23) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[92] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 23) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[93] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 23) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[94] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 23) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[95] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 23) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v52 = (((r_outer_1 * 32) + 24) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[96] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 24) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[97] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 24) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[98] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 24) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[99] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 24) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v53 = (((r_outer_1 * 32) + 25) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[100] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 25) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[101] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 25) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[102] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 25) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[103] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 25) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v54 = (((r_outer_1 * 32) + 26) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[104] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 26) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[105] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 26) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[106] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 26) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[107] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 26) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v55 = (((r_outer_1 * 32) + 27) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[108] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 27) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[109] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 27) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[110] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 27) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[111] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 27) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v56 = (((r_outer_1 * 32) + 28) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[112] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 28) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[113] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 28) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[114] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 28) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[115] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 28) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v57 = (((r_outer_1 * 32) + 29) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[116] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 29) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[117] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 29) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[118] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 29) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[119] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 29) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v58 = (((r_outer_1 * 32) + 30) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[120] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 30) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[121] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 30) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[122] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 30) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[123] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 30) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v59 = (((r_outer_1 * 32) + 31) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[124] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 31) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[125] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 31) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[126] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 31) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[127] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 31) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
           }
           for (int r_tail_1 = 0; r_tail_1 < (H & 31); ++r_tail_1) {
-            int cse_v64 = ((((H >> 5) * 32) + r_tail_1) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (dgates_ptr[((((H >> 5) * 32) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) * H)) + r_tail_1)] * w_hh_ptr[(((((int)blockIdx.x) * 4) + ((((H >> 5) * 32) + r_tail_1) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (dgates_ptr[((((H >> 5) * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H)) + r_tail_1)] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + ((((H >> 5) * 32) + r_tail_1) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (dgates_ptr[((((H >> 5) * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 2) * H)) + r_tail_1)] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + ((((H >> 5) * 32) + r_tail_1) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
@@ -786,33 +702,28 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float32
   }
 }
 
-extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float32__reverse_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ dc0_ptr, float* __restrict__ dgates_ptr, float* __restrict__ dgates_t_ptr, float* __restrict__ dh0_ptr, float* __restrict__ dy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ grad_cy_ptr, float* __restrict__ grad_hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int cse_v14, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1) {
-  __shared__ alignas(64) float w_shared_ptr[12288];
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float32__reverse_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ dc0_ptr, float* __restrict__ dgates_ptr, float* __restrict__ dgates_t_ptr, float* __restrict__ dh0_ptr, float* __restrict__ dy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ grad_cy_ptr, float* __restrict__ grad_hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1) {
+  extern __shared__ __align__(64) float w_shared_ptr[];
   alignas(64) float dh_part_ptr[4];
   alignas(64) float held_ptr[128];
   alignas(64) float held_ptr_1[128];
-  bool fits = (H <= 768);
-  int cse_v2 = (((int)blockIdx.x) * 4);
-  int cse_v3 = (((int)threadIdx.x) & 3);
-  int cse_v16 = ((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3));
-  for (int e = 0; e < 96; ++e) {
-    int cse_v4 = (H - 1);
-    int cse_v15 = ((e * 128) + ((int)threadIdx.x));
-    float condval;
-    if (((H <= 768) && (((e * 128) + ((int)threadIdx.x)) < (H * 16))) && (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H)) {
-      condval = w_hh_ptr[((min(((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)), (H - 1)) + (((((int)threadIdx.x) & 15) >> 2) * w_hh_s0)) + (min(((e * 8) + (((int)threadIdx.x) >> 4)), (H - 1)) * w_hh_s1))];
-    } else {
-      condval = 0x0p+0f/*0.000000e+00*/;
+  if (H <= 2608) {
+    for (int e = 0; e < ((H + 7) >> 3); ++e) {
+      if (((e * 128) + ((int)threadIdx.x)) < (H * 16)) {
+        float condval;
+        if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+          condval = w_hh_ptr[((min(((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)), (H - 1)) + (((((int)threadIdx.x) & 15) >> 2) * w_hh_s0)) + (((e * 8) + (((int)threadIdx.x) >> 4)) * w_hh_s1))];
+        } else {
+          condval = 0x0p+0f/*0.000000e+00*/;
+        }
+        w_shared_ptr[((e * 128) + ((int)threadIdx.x))] = condval;
+      }
     }
-    w_shared_ptr[((e * 128) + ((int)threadIdx.x))] = condval;
   }
   __syncthreads();
-  int cse_v5 = (((int)threadIdx.x) >> 2);
-  int cse_v17 = ((B + 31) - (((int)threadIdx.x) >> 2));
+  bool fits = (H <= 2608);
   if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
     for (int q = 0; q < (((B + 31) - (((int)threadIdx.x) >> 2)) >> 5); ++q) {
-      int cse_v18 = ((q * 32) + (((int)threadIdx.x) >> 2));
-      int cse_v66 = (((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3));
       dh0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = grad_hy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * grad_hy_s0)) + (((int)threadIdx.x) & 3))];
       dc0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = grad_cy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * grad_cy_s0)) + (((int)threadIdx.x) & 3))];
     }
@@ -820,20 +731,9 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float32
   for (int s = 0; s < T; ++s) {
     int tt = s;
     int n = batch_sizes_ptr[s];
-    int cse_v21 = ((((int)threadIdx.x) >> 2) * 4);
-    int cse_v22 = ((s * B) * 4);
-    int cse_v61 = (max(((n + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5);
     if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
-      int cse_v72 = (((((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * T) + s) * B);
-      int cse_v76 = ((((((((int)blockIdx.x) * 4) + H) + (((int)threadIdx.x) & 3)) * T) + s) * B);
-      int cse_v77 = ((((((((int)blockIdx.x) * 4) + (H * 2)) + (((int)threadIdx.x) & 3)) * T) + s) * B);
-      int cse_v78 = ((((((((int)blockIdx.x) * 4) + (H * 3)) + (((int)threadIdx.x) & 3)) * T) + s) * B);
       for (int q_1 = 0; q_1 < (max(((n + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_1) {
-        int cse_v19 = ((q_1 * 32) + (((int)threadIdx.x) >> 2));
-        int cse_v67 = (((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3));
         float dh_t = (dh0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] + dy_ptr[((((((int)blockIdx.x) * 4) + (s * dy_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * dy_s1)) + (((int)threadIdx.x) & 3))]);
-        int cse_v6 = (s + 1);
-        int cse_v20 = min((s + 1), (T - 1));
         float condval_1;
         if (((s + 1) < T) && (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < batch_sizes_ptr[min((s + 1), (T - 1))])) {
           condval_1 = c_ptr[((((((int)blockIdx.x) * 4) + (min((s + 1), (T - 1)) * c_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * c_s1)) + (((int)threadIdx.x) & 3))];
@@ -841,16 +741,9 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float32
           condval_1 = c0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * c0_s0)) + (((int)threadIdx.x) & 3))];
         }
         float c_prev = condval_1;
-        int cse_v68 = ((((((int)blockIdx.x) * 4) + (s * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3));
-        int cse_v69 = ((((((int)blockIdx.x) * 4) + (s * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3));
         float dc_t = (dc0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] + ((dh_t * o_ptr[((((((int)blockIdx.x) * 4) + (s * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - (tanhc_ptr[((((((int)blockIdx.x) * 4) + (s * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))] * tanhc_ptr[((((((int)blockIdx.x) * 4) + (s * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))]))));
-        int cse_v62 = (((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4));
-        int cse_v70 = ((((((int)blockIdx.x) * 4) + (s * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3));
-        int cse_v71 = ((((((int)blockIdx.x) * 4) + (s * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3));
         dgates_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) * H)) + (((int)threadIdx.x) & 3))] = (((dc_t * g_ptr[((((((int)blockIdx.x) * 4) + (s * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))]) * i_ptr[((((((int)blockIdx.x) * 4) + (s * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - i_ptr[((((((int)blockIdx.x) * 4) + (s * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]));
         dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * T) + s) * B))] = (((dc_t * g_ptr[((((((int)blockIdx.x) * 4) + (s * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))]) * i_ptr[((((((int)blockIdx.x) * 4) + (s * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - i_ptr[((((((int)blockIdx.x) * 4) + (s * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]));
-        float cse_v7 = (dc_t * c_prev);
-        int cse_v73 = ((((((int)blockIdx.x) * 4) + (s * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3));
         dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 1) * H)) + (((int)threadIdx.x) & 3))] = (((dc_t * c_prev) * f_ptr[((((((int)blockIdx.x) * 4) + (s * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - f_ptr[((((((int)blockIdx.x) * 4) + (s * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]));
         dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((int)blockIdx.x) * 4) + H) + (((int)threadIdx.x) & 3)) * T) + s) * B))] = (((dc_t * c_prev) * f_ptr[((((((int)blockIdx.x) * 4) + (s * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - f_ptr[((((((int)blockIdx.x) * 4) + (s * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]));
         dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 2) * H)) + (((int)threadIdx.x) & 3))] = ((dc_t * i_ptr[((((((int)blockIdx.x) * 4) + (s * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - (g_ptr[((((((int)blockIdx.x) * 4) + (s * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))] * g_ptr[((((((int)blockIdx.x) * 4) + (s * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))])));
@@ -860,47 +753,28 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float32
         dc0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (dc_t * f_ptr[((((((int)blockIdx.x) * 4) + (s * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]);
       }
       for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
-        int cse_v74 = ((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + (n * 4)) + ((s * B) * 4));
-        dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + (n * 4)) + ((s * B) * 4)) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
-        int cse_v23 = ((q_2 * 32) + (((int)threadIdx.x) >> 2));
+        dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + (n * 4)) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
         dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * T) + s) * B)) + n)] = 0x0p+0f/*0.000000e+00*/;
-        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + (n * 4)) + ((s * B) * 4)) + 1) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + (n * 4)) + 1) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
         dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((int)blockIdx.x) * 4) + H) + (((int)threadIdx.x) & 3)) * T) + s) * B)) + n)] = 0x0p+0f/*0.000000e+00*/;
-        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + (n * 4)) + ((s * B) * 4)) + 2) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + (n * 4)) + 2) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
         dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((int)blockIdx.x) * 4) + (H * 2)) + (((int)threadIdx.x) & 3)) * T) + s) * B)) + n)] = 0x0p+0f/*0.000000e+00*/;
-        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + (n * 4)) + ((s * B) * 4)) + 3) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + (n * 4)) + 3) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
         dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((int)blockIdx.x) * 4) + (H * 3)) + (((int)threadIdx.x) & 3)) * T) + s) * B)) + n)] = 0x0p+0f/*0.000000e+00*/;
       }
     }
-    fg_grid_sync(cse_v14);
+    fg_grid_sync(((H + 3) >> 2));
     if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
       for (int q_3 = 0; q_3 < (max(((n + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_3) {
         dh_part_ptr[0] = 0x0p+0f/*0.000000e+00*/;
         dh_part_ptr[1] = 0x0p+0f/*0.000000e+00*/;
         dh_part_ptr[2] = 0x0p+0f/*0.000000e+00*/;
         dh_part_ptr[3] = 0x0p+0f/*0.000000e+00*/;
-        int cse_v8 = (H >> 5);
-        int cse_v10 = (H & 31);
-        int cse_v25 = ((H >> 5) * 32);
-        int cse_v63 = (((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4));
-        int cse_v75 = ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) * H);
-        int cse_v80 = (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 1) * H);
-        int cse_v81 = (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 2) * H);
-        int cse_v82 = (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 3) * H);
-        int cse_v83 = (((H >> 5) * 32) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) * H));
-        int cse_v88 = (((H >> 5) * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 1) * H));
-        int cse_v89 = (((H >> 5) * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 2) * H));
-        int cse_v90 = (((H >> 5) * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 3) * H));
-        if (H <= 768) {
+        if (H <= 2608) {
           for (int r_outer = 0; r_outer < (H >> 5); ++r_outer) {
-            int cse_v9 = (r_outer * 32);
-            int cse_v79 = ((r_outer * 32) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) * H));
             held_ptr[0] = dgates_ptr[((r_outer * 32) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) * H))];
-            int cse_v85 = ((r_outer * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 1) * H));
             held_ptr[1] = dgates_ptr[((r_outer * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 1) * H))];
-            int cse_v86 = ((r_outer * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 2) * H));
             held_ptr[2] = dgates_ptr[((r_outer * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 2) * H))];
-            int cse_v87 = ((r_outer * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 3) * H));
             held_ptr[3] = dgates_ptr[((r_outer * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 3) * H))];
             held_ptr[4] = dgates_ptr[(((r_outer * 32) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) * H)) + 1)];
             held_ptr[5] = dgates_ptr[(((r_outer * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 1) * H)) + 1)];
@@ -1026,7 +900,6 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float32
             held_ptr[125] = dgates_ptr[(((r_outer * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 1) * H)) + 31)];
             held_ptr[126] = dgates_ptr[(((r_outer * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 2) * H)) + 31)];
             held_ptr[127] = dgates_ptr[(((r_outer * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 3) * H)) + 31)];
-            int cse_v24 = ((r_outer * 512) + (((int)threadIdx.x) & 3));
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[0] * w_shared_ptr[((r_outer * 512) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[1] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 4)]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[2] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 8)]));
@@ -1157,27 +1030,16 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float32
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[127] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 508)]));
           }
           for (int r_tail = 0; r_tail < (H & 31); ++r_tail) {
-            int cse_v64 = ((((H >> 5) * 512) + (r_tail * 16)) + (((int)threadIdx.x) & 3));
             dh_part_ptr[0] = (dh_part_ptr[0] + (dgates_ptr[((((H >> 5) * 32) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) * H)) + r_tail)] * w_shared_ptr[((((H >> 5) * 512) + (r_tail * 16)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (dgates_ptr[((((H >> 5) * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 1) * H)) + r_tail)] * w_shared_ptr[(((((H >> 5) * 512) + (r_tail * 16)) + (((int)threadIdx.x) & 3)) + 4)]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (dgates_ptr[((((H >> 5) * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 2) * H)) + r_tail)] * w_shared_ptr[(((((H >> 5) * 512) + (r_tail * 16)) + (((int)threadIdx.x) & 3)) + 8)]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (dgates_ptr[((((H >> 5) * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 3) * H)) + r_tail)] * w_shared_ptr[(((((H >> 5) * 512) + (r_tail * 16)) + (((int)threadIdx.x) & 3)) + 12)]));
           }
         } else {
-          int cse_v12 = (w_hh_s0 * 2);
-          int cse_v13 = (w_hh_s0 * 3);
-          int cse_v26 = ((((int)blockIdx.x) * 4) + w_hh_s0);
-          int cse_v27 = ((((int)blockIdx.x) * 4) + (w_hh_s0 * 2));
-          int cse_v28 = ((((int)blockIdx.x) * 4) + (w_hh_s0 * 3));
           for (int r_outer_1 = 0; r_outer_1 < (H >> 5); ++r_outer_1) {
-            int cse_v11 = (r_outer_1 * 32);
-            int cse_v84 = ((r_outer_1 * 32) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) * H));
             held_ptr_1[0] = dgates_ptr[((r_outer_1 * 32) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) * H))];
-            int cse_v91 = ((r_outer_1 * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 1) * H));
             held_ptr_1[1] = dgates_ptr[((r_outer_1 * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 1) * H))];
-            int cse_v92 = ((r_outer_1 * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 2) * H));
             held_ptr_1[2] = dgates_ptr[((r_outer_1 * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 2) * H))];
-            int cse_v93 = ((r_outer_1 * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 3) * H));
             held_ptr_1[3] = dgates_ptr[((r_outer_1 * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 3) * H))];
             held_ptr_1[4] = dgates_ptr[(((r_outer_1 * 32) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) * H)) + 1)];
             held_ptr_1[5] = dgates_ptr[(((r_outer_1 * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 1) * H)) + 1)];
@@ -1303,174 +1165,399 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float32
             held_ptr_1[125] = dgates_ptr[(((r_outer_1 * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 1) * H)) + 31)];
             held_ptr_1[126] = dgates_ptr[(((r_outer_1 * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 2) * H)) + 31)];
             held_ptr_1[127] = dgates_ptr[(((r_outer_1 * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 3) * H)) + 31)];
-            int cse_v29 = (((r_outer_1 * w_hh_s1) * 32) + (((int)blockIdx.x) * 4));
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[0] * w_hh_ptr[((((r_outer_1 * w_hh_s1) * 32) + (((int)blockIdx.x) * 4)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[1] * w_hh_ptr[(((((r_outer_1 * w_hh_s1) * 32) + (((int)blockIdx.x) * 4)) + w_hh_s0) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[2] * w_hh_ptr[(((((r_outer_1 * w_hh_s1) * 32) + (((int)blockIdx.x) * 4)) + (w_hh_s0 * 2)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[3] * w_hh_ptr[(((((r_outer_1 * w_hh_s1) * 32) + (((int)blockIdx.x) * 4)) + (w_hh_s0 * 3)) + (((int)threadIdx.x) & 3))]));
-            int cse_v30 = (((r_outer_1 * 32) + 1) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[4] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 1) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[5] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 1) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[6] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 1) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[7] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 1) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v31 = (((r_outer_1 * 32) + 2) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[8] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 2) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[9] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 2) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[10] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 2) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[11] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 2) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v32 = (((r_outer_1 * 32) + 3) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[12] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 3) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[13] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 3) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[14] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 3) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[15] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 3) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v33 = (((r_outer_1 * 32) + 4) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[16] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 4) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[17] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 4) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[18] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 4) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[19] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 4) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v34 = (((r_outer_1 * 32) + 5) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[20] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 5) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[21] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 5) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[22] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 5) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[23] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 5) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v35 = (((r_outer_1 * 32) + 6) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[24] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 6) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[25] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 6) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[26] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 6) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[27] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 6) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v36 = (((r_outer_1 * 32) + 7) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[28] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 7) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[29] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 7) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[30] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 7) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[31] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 7) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v37 = (((r_outer_1 * 32) + 8) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[32] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 8) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[33] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 8) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[34] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 8) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[35] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 8) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v38 = (((r_outer_1 * 32) + 9) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[36] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 9) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[37] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 9) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[38] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 9) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[39] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 9) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v39 = (((r_outer_1 * 32) + 10) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[40] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 10) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[41] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 10) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[42] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 10) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[43] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 10) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v40 = (((r_outer_1 * 32) + 11) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[44] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 11) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[45] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 11) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[46] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 11) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[47] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 11) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v41 = (((r_outer_1 * 32) + 12) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[48] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 12) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[49] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 12) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[50] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 12) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[51] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 12) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v42 = (((r_outer_1 * 32) + 13) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[52] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 13) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[53] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 13) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[54] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 13) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[55] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 13) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v43 = (((r_outer_1 * 32) + 14) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[56] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 14) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[57] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 14) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[58] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 14) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[59] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 14) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v44 = (((r_outer_1 * 32) + 15) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[60] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 15) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[61] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 15) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[62] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 15) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[63] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 15) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v45 = (((r_outer_1 * 32) + 16) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[64] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 16) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[65] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 16) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[66] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 16) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[67] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 16) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v46 = (((r_outer_1 * 32) + 17) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[68] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 17) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[69] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 17) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[70] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 17) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[71] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 17) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v47 = (((r_outer_1 * 32) + 18) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[72] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 18) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[73] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 18) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[74] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 18) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[75] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 18) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v48 = (((r_outer_1 * 32) + 19) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[76] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 19) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[77] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 19) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[78] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 19) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[79] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 19) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v49 = (((r_outer_1 * 32) + 20) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[80] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 20) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[81] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 20) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[82] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 20) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[83] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 20) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v50 = (((r_outer_1 * 32) + 21) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[84] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 21) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[85] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 21) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[86] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 21) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[87] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 21) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v51 = (((r_outer_1 * 32) + 22) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[88] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 22) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[89] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 22) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[90] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 22) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[91] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 22) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v52 = (((r_outer_1 * 32) + 23) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[92] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 23) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[93] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 23) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[94] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 23) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[95] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 23) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v53 = (((r_outer_1 * 32) + 24) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[96] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 24) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[97] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 24) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[98] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 24) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[99] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 24) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v54 = (((r_outer_1 * 32) + 25) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[100] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 25) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[101] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 25) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[102] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 25) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[103] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 25) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v55 = (((r_outer_1 * 32) + 26) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[104] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 26) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[105] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 26) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[106] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 26) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[107] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 26) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v56 = (((r_outer_1 * 32) + 27) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[108] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 27) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[109] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 27) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[110] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 27) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[111] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 27) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v57 = (((r_outer_1 * 32) + 28) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[112] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 28) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[113] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 28) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[114] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 28) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[115] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 28) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v58 = (((r_outer_1 * 32) + 29) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[116] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 29) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[117] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 29) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[118] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 29) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[119] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 29) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v59 = (((r_outer_1 * 32) + 30) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[120] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 30) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[121] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 30) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[122] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 30) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[123] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 30) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
-            int cse_v60 = (((r_outer_1 * 32) + 31) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr_1[124] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer_1 * 32) + 31) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr_1[125] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer_1 * 32) + 31) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr_1[126] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer_1 * 32) + 31) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr_1[127] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer_1 * 32) + 31) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
           }
           for (int r_tail_1 = 0; r_tail_1 < (H & 31); ++r_tail_1) {
-            int cse_v65 = ((((H >> 5) * 32) + r_tail_1) * w_hh_s1);
             dh_part_ptr[0] = (dh_part_ptr[0] + (dgates_ptr[((((H >> 5) * 32) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) * H)) + r_tail_1)] * w_hh_ptr[(((((int)blockIdx.x) * 4) + ((((H >> 5) * 32) + r_tail_1) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[1] = (dh_part_ptr[1] + (dgates_ptr[((((H >> 5) * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 1) * H)) + r_tail_1)] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + ((((H >> 5) * 32) + r_tail_1) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[2] = (dh_part_ptr[2] + (dgates_ptr[((((H >> 5) * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 2) * H)) + r_tail_1)] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + ((((H >> 5) * 32) + r_tail_1) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
             dh_part_ptr[3] = (dh_part_ptr[3] + (dgates_ptr[((((H >> 5) * 32) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 3) * H)) + r_tail_1)] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + ((((H >> 5) * 32) + r_tail_1) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
           }
+        }
+        dh0_ptr[(((((int)blockIdx.x) * 4) + (((q_3 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (((dh_part_ptr[0] + dh_part_ptr[1]) + dh_part_ptr[2]) + dh_part_ptr[3]);
+      }
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float32__w_hh_global_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ dc0_ptr, float* __restrict__ dgates_ptr, float* __restrict__ dgates_t_ptr, float* __restrict__ dh0_ptr, float* __restrict__ dy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ grad_cy_ptr, float* __restrict__ grad_hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1) {
+  alignas(64) float dh_part_ptr[4];
+  alignas(64) float held_ptr[32];
+  if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+    for (int q = 0; q < (((B + 31) - (((int)threadIdx.x) >> 2)) >> 5); ++q) {
+      dh0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = grad_hy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * grad_hy_s0)) + (((int)threadIdx.x) & 3))];
+      dc0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = grad_cy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * grad_cy_s0)) + (((int)threadIdx.x) & 3))];
+    }
+  }
+  for (int s = 0; s < T; ++s) {
+    int tt = ((T - s) - 1);
+    int n = batch_sizes_ptr[((T - s) - 1)];
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+      for (int q_1 = 0; q_1 < (max(((n + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_1) {
+        float dh_t = (dh0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] + dy_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * dy_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * dy_s1)) + (((int)threadIdx.x) & 3))]);
+        float condval;
+        if ((2 <= (T - s)) && (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < batch_sizes_ptr[max((min(((T - s) - 1), T) - 1), 0)])) {
+          condval = c_ptr[((((((int)blockIdx.x) * 4) + ((min(((T - s) - 1), T) - 1) * c_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * c_s1)) + (((int)threadIdx.x) & 3))];
+        } else {
+          condval = c0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * c0_s0)) + (((int)threadIdx.x) & 3))];
+        }
+        float c_prev = condval;
+        float dc_t = (dc0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] + ((dh_t * o_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - (tanhc_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))] * tanhc_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))]))));
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) * H)) + (((int)threadIdx.x) & 3))] = (((dc_t * g_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))]) * i_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - i_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]));
+        dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((((((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B))] = (((dc_t * g_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))]) * i_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - i_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]));
+        dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H)) + (((int)threadIdx.x) & 3))] = (((dc_t * c_prev) * f_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - f_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]));
+        dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((((int)blockIdx.x) * 4) + H) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B))] = (((dc_t * c_prev) * f_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - f_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]));
+        dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 2) * H)) + (((int)threadIdx.x) & 3))] = ((dc_t * i_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - (g_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))] * g_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))])));
+        dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((((int)blockIdx.x) * 4) + (H * 2)) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B))] = ((dc_t * i_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - (g_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))] * g_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))])));
+        dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 3) * H)) + (((int)threadIdx.x) & 3))] = (((dh_t * tanhc_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))]) * o_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - o_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))]));
+        dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((((int)blockIdx.x) * 4) + (H * 3)) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B))] = (((dh_t * tanhc_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))]) * o_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - o_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))]));
+        dc0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (dc_t * f_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]);
+      }
+      for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
+        dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + (n * 4)) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((((((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B)) + n)] = 0x0p+0f/*0.000000e+00*/;
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + (n * 4)) + 1) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((((int)blockIdx.x) * 4) + H) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B)) + n)] = 0x0p+0f/*0.000000e+00*/;
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + (n * 4)) + 2) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((((int)blockIdx.x) * 4) + (H * 2)) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B)) + n)] = 0x0p+0f/*0.000000e+00*/;
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + (n * 4)) + 3) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((((int)blockIdx.x) * 4) + (H * 3)) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B)) + n)] = 0x0p+0f/*0.000000e+00*/;
+      }
+    }
+    fg_grid_sync(((H + 3) >> 2));
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+      for (int q_3 = 0; q_3 < (max(((n + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_3) {
+        dh_part_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+        dh_part_ptr[1] = 0x0p+0f/*0.000000e+00*/;
+        dh_part_ptr[2] = 0x0p+0f/*0.000000e+00*/;
+        dh_part_ptr[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int r_outer = 0; r_outer < (H >> 3); ++r_outer) {
+          held_ptr[0] = dgates_ptr[((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) * H))];
+          held_ptr[1] = dgates_ptr[((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H))];
+          held_ptr[2] = dgates_ptr[((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 2) * H))];
+          held_ptr[3] = dgates_ptr[((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 3) * H))];
+          held_ptr[4] = dgates_ptr[(((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) * H)) + 1)];
+          held_ptr[5] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H)) + 1)];
+          held_ptr[6] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 2) * H)) + 1)];
+          held_ptr[7] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 3) * H)) + 1)];
+          held_ptr[8] = dgates_ptr[(((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) * H)) + 2)];
+          held_ptr[9] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H)) + 2)];
+          held_ptr[10] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 2) * H)) + 2)];
+          held_ptr[11] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 3) * H)) + 2)];
+          held_ptr[12] = dgates_ptr[(((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) * H)) + 3)];
+          held_ptr[13] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H)) + 3)];
+          held_ptr[14] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 2) * H)) + 3)];
+          held_ptr[15] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 3) * H)) + 3)];
+          held_ptr[16] = dgates_ptr[(((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) * H)) + 4)];
+          held_ptr[17] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H)) + 4)];
+          held_ptr[18] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 2) * H)) + 4)];
+          held_ptr[19] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 3) * H)) + 4)];
+          held_ptr[20] = dgates_ptr[(((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) * H)) + 5)];
+          held_ptr[21] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H)) + 5)];
+          held_ptr[22] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 2) * H)) + 5)];
+          held_ptr[23] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 3) * H)) + 5)];
+          held_ptr[24] = dgates_ptr[(((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) * H)) + 6)];
+          held_ptr[25] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H)) + 6)];
+          held_ptr[26] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 2) * H)) + 6)];
+          held_ptr[27] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 3) * H)) + 6)];
+          held_ptr[28] = dgates_ptr[(((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) * H)) + 7)];
+          held_ptr[29] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H)) + 7)];
+          held_ptr[30] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 2) * H)) + 7)];
+          held_ptr[31] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 3) * H)) + 7)];
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[0] * w_hh_ptr[((((r_outer * w_hh_s1) * 8) + (((int)blockIdx.x) * 4)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[1] * w_hh_ptr[(((((r_outer * w_hh_s1) * 8) + (((int)blockIdx.x) * 4)) + w_hh_s0) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[2] * w_hh_ptr[(((((r_outer * w_hh_s1) * 8) + (((int)blockIdx.x) * 4)) + (w_hh_s0 * 2)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[3] * w_hh_ptr[(((((r_outer * w_hh_s1) * 8) + (((int)blockIdx.x) * 4)) + (w_hh_s0 * 3)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[4] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer * 8) + 1) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[5] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer * 8) + 1) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[6] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer * 8) + 1) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[7] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer * 8) + 1) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[8] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer * 8) + 2) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[9] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer * 8) + 2) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[10] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer * 8) + 2) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[11] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer * 8) + 2) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[12] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer * 8) + 3) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[13] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer * 8) + 3) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[14] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer * 8) + 3) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[15] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer * 8) + 3) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[16] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer * 8) + 4) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[17] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer * 8) + 4) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[18] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer * 8) + 4) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[19] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer * 8) + 4) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[20] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer * 8) + 5) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[21] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer * 8) + 5) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[22] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer * 8) + 5) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[23] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer * 8) + 5) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[24] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer * 8) + 6) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[25] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer * 8) + 6) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[26] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer * 8) + 6) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[27] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer * 8) + 6) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[28] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer * 8) + 7) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[29] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer * 8) + 7) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[30] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer * 8) + 7) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[31] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer * 8) + 7) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+        }
+        for (int r_tail = 0; r_tail < (H & 7); ++r_tail) {
+          dh_part_ptr[0] = (dh_part_ptr[0] + (dgates_ptr[((((H >> 3) * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) * H)) + r_tail)] * w_hh_ptr[(((((int)blockIdx.x) * 4) + ((((H >> 3) * 8) + r_tail) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (dgates_ptr[((((H >> 3) * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H)) + r_tail)] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + ((((H >> 3) * 8) + r_tail) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (dgates_ptr[((((H >> 3) * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 2) * H)) + r_tail)] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + ((((H >> 3) * 8) + r_tail) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (dgates_ptr[((((H >> 3) * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 3) * H)) + r_tail)] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + ((((H >> 3) * 8) + r_tail) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+        }
+        dh0_ptr[(((((int)blockIdx.x) * 4) + (((q_3 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (((dh_part_ptr[0] + dh_part_ptr[1]) + dh_part_ptr[2]) + dh_part_ptr[3]);
+      }
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float32__reverse_w_hh_global_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ dc0_ptr, float* __restrict__ dgates_ptr, float* __restrict__ dgates_t_ptr, float* __restrict__ dh0_ptr, float* __restrict__ dy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ grad_cy_ptr, float* __restrict__ grad_hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1) {
+  alignas(64) float dh_part_ptr[4];
+  alignas(64) float held_ptr[32];
+  if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+    for (int q = 0; q < (((B + 31) - (((int)threadIdx.x) >> 2)) >> 5); ++q) {
+      dh0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = grad_hy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * grad_hy_s0)) + (((int)threadIdx.x) & 3))];
+      dc0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = grad_cy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * grad_cy_s0)) + (((int)threadIdx.x) & 3))];
+    }
+  }
+  for (int s = 0; s < T; ++s) {
+    int tt = s;
+    int n = batch_sizes_ptr[s];
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+      for (int q_1 = 0; q_1 < (max(((n + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_1) {
+        float dh_t = (dh0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] + dy_ptr[((((((int)blockIdx.x) * 4) + (s * dy_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * dy_s1)) + (((int)threadIdx.x) & 3))]);
+        float condval;
+        if (((s + 1) < T) && (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < batch_sizes_ptr[min((s + 1), (T - 1))])) {
+          condval = c_ptr[((((((int)blockIdx.x) * 4) + (min((s + 1), (T - 1)) * c_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * c_s1)) + (((int)threadIdx.x) & 3))];
+        } else {
+          condval = c0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * c0_s0)) + (((int)threadIdx.x) & 3))];
+        }
+        float c_prev = condval;
+        float dc_t = (dc0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] + ((dh_t * o_ptr[((((((int)blockIdx.x) * 4) + (s * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - (tanhc_ptr[((((((int)blockIdx.x) * 4) + (s * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))] * tanhc_ptr[((((((int)blockIdx.x) * 4) + (s * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))]))));
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) * H)) + (((int)threadIdx.x) & 3))] = (((dc_t * g_ptr[((((((int)blockIdx.x) * 4) + (s * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))]) * i_ptr[((((((int)blockIdx.x) * 4) + (s * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - i_ptr[((((((int)blockIdx.x) * 4) + (s * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]));
+        dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * T) + s) * B))] = (((dc_t * g_ptr[((((((int)blockIdx.x) * 4) + (s * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))]) * i_ptr[((((((int)blockIdx.x) * 4) + (s * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - i_ptr[((((((int)blockIdx.x) * 4) + (s * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]));
+        dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 1) * H)) + (((int)threadIdx.x) & 3))] = (((dc_t * c_prev) * f_ptr[((((((int)blockIdx.x) * 4) + (s * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - f_ptr[((((((int)blockIdx.x) * 4) + (s * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]));
+        dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((int)blockIdx.x) * 4) + H) + (((int)threadIdx.x) & 3)) * T) + s) * B))] = (((dc_t * c_prev) * f_ptr[((((((int)blockIdx.x) * 4) + (s * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - f_ptr[((((((int)blockIdx.x) * 4) + (s * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]));
+        dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 2) * H)) + (((int)threadIdx.x) & 3))] = ((dc_t * i_ptr[((((((int)blockIdx.x) * 4) + (s * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - (g_ptr[((((((int)blockIdx.x) * 4) + (s * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))] * g_ptr[((((((int)blockIdx.x) * 4) + (s * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))])));
+        dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((int)blockIdx.x) * 4) + (H * 2)) + (((int)threadIdx.x) & 3)) * T) + s) * B))] = ((dc_t * i_ptr[((((((int)blockIdx.x) * 4) + (s * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - (g_ptr[((((((int)blockIdx.x) * 4) + (s * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))] * g_ptr[((((((int)blockIdx.x) * 4) + (s * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))])));
+        dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 3) * H)) + (((int)threadIdx.x) & 3))] = (((dh_t * tanhc_ptr[((((((int)blockIdx.x) * 4) + (s * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))]) * o_ptr[((((((int)blockIdx.x) * 4) + (s * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - o_ptr[((((((int)blockIdx.x) * 4) + (s * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))]));
+        dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((int)blockIdx.x) * 4) + (H * 3)) + (((int)threadIdx.x) & 3)) * T) + s) * B))] = (((dh_t * tanhc_ptr[((((((int)blockIdx.x) * 4) + (s * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))]) * o_ptr[((((((int)blockIdx.x) * 4) + (s * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - o_ptr[((((((int)blockIdx.x) * 4) + (s * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))]));
+        dc0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (dc_t * f_ptr[((((((int)blockIdx.x) * 4) + (s * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]);
+      }
+      for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
+        dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + (n * 4)) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * T) + s) * B)) + n)] = 0x0p+0f/*0.000000e+00*/;
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + (n * 4)) + 1) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((int)blockIdx.x) * 4) + H) + (((int)threadIdx.x) & 3)) * T) + s) * B)) + n)] = 0x0p+0f/*0.000000e+00*/;
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + (n * 4)) + 2) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((int)blockIdx.x) * 4) + (H * 2)) + (((int)threadIdx.x) & 3)) * T) + s) * B)) + n)] = 0x0p+0f/*0.000000e+00*/;
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + (n * 4)) + 3) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((int)blockIdx.x) * 4) + (H * 3)) + (((int)threadIdx.x) & 3)) * T) + s) * B)) + n)] = 0x0p+0f/*0.000000e+00*/;
+      }
+    }
+    fg_grid_sync(((H + 3) >> 2));
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+      for (int q_3 = 0; q_3 < (max(((n + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_3) {
+        dh_part_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+        dh_part_ptr[1] = 0x0p+0f/*0.000000e+00*/;
+        dh_part_ptr[2] = 0x0p+0f/*0.000000e+00*/;
+        dh_part_ptr[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int r_outer = 0; r_outer < (H >> 3); ++r_outer) {
+          held_ptr[0] = dgates_ptr[((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) * H))];
+          held_ptr[1] = dgates_ptr[((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 1) * H))];
+          held_ptr[2] = dgates_ptr[((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 2) * H))];
+          held_ptr[3] = dgates_ptr[((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 3) * H))];
+          held_ptr[4] = dgates_ptr[(((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) * H)) + 1)];
+          held_ptr[5] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 1) * H)) + 1)];
+          held_ptr[6] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 2) * H)) + 1)];
+          held_ptr[7] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 3) * H)) + 1)];
+          held_ptr[8] = dgates_ptr[(((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) * H)) + 2)];
+          held_ptr[9] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 1) * H)) + 2)];
+          held_ptr[10] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 2) * H)) + 2)];
+          held_ptr[11] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 3) * H)) + 2)];
+          held_ptr[12] = dgates_ptr[(((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) * H)) + 3)];
+          held_ptr[13] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 1) * H)) + 3)];
+          held_ptr[14] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 2) * H)) + 3)];
+          held_ptr[15] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 3) * H)) + 3)];
+          held_ptr[16] = dgates_ptr[(((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) * H)) + 4)];
+          held_ptr[17] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 1) * H)) + 4)];
+          held_ptr[18] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 2) * H)) + 4)];
+          held_ptr[19] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 3) * H)) + 4)];
+          held_ptr[20] = dgates_ptr[(((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) * H)) + 5)];
+          held_ptr[21] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 1) * H)) + 5)];
+          held_ptr[22] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 2) * H)) + 5)];
+          held_ptr[23] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 3) * H)) + 5)];
+          held_ptr[24] = dgates_ptr[(((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) * H)) + 6)];
+          held_ptr[25] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 1) * H)) + 6)];
+          held_ptr[26] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 2) * H)) + 6)];
+          held_ptr[27] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 3) * H)) + 6)];
+          held_ptr[28] = dgates_ptr[(((r_outer * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) * H)) + 7)];
+          held_ptr[29] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 1) * H)) + 7)];
+          held_ptr[30] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 2) * H)) + 7)];
+          held_ptr[31] = dgates_ptr[(((r_outer * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 3) * H)) + 7)];
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[0] * w_hh_ptr[((((r_outer * w_hh_s1) * 8) + (((int)blockIdx.x) * 4)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[1] * w_hh_ptr[(((((r_outer * w_hh_s1) * 8) + (((int)blockIdx.x) * 4)) + w_hh_s0) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[2] * w_hh_ptr[(((((r_outer * w_hh_s1) * 8) + (((int)blockIdx.x) * 4)) + (w_hh_s0 * 2)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[3] * w_hh_ptr[(((((r_outer * w_hh_s1) * 8) + (((int)blockIdx.x) * 4)) + (w_hh_s0 * 3)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[4] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer * 8) + 1) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[5] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer * 8) + 1) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[6] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer * 8) + 1) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[7] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer * 8) + 1) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[8] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer * 8) + 2) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[9] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer * 8) + 2) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[10] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer * 8) + 2) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[11] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer * 8) + 2) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[12] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer * 8) + 3) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[13] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer * 8) + 3) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[14] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer * 8) + 3) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[15] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer * 8) + 3) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[16] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer * 8) + 4) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[17] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer * 8) + 4) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[18] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer * 8) + 4) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[19] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer * 8) + 4) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[20] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer * 8) + 5) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[21] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer * 8) + 5) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[22] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer * 8) + 5) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[23] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer * 8) + 5) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[24] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer * 8) + 6) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[25] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer * 8) + 6) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[26] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer * 8) + 6) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[27] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer * 8) + 6) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[0] = (dh_part_ptr[0] + (held_ptr[28] * w_hh_ptr[(((((int)blockIdx.x) * 4) + (((r_outer * 8) + 7) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (held_ptr[29] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + (((r_outer * 8) + 7) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (held_ptr[30] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + (((r_outer * 8) + 7) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (held_ptr[31] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + (((r_outer * 8) + 7) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+        }
+        for (int r_tail = 0; r_tail < (H & 7); ++r_tail) {
+          dh_part_ptr[0] = (dh_part_ptr[0] + (dgates_ptr[((((H >> 3) * 8) + ((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) * H)) + r_tail)] * w_hh_ptr[(((((int)blockIdx.x) * 4) + ((((H >> 3) * 8) + r_tail) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[1] = (dh_part_ptr[1] + (dgates_ptr[((((H >> 3) * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 1) * H)) + r_tail)] * w_hh_ptr[((((((int)blockIdx.x) * 4) + w_hh_s0) + ((((H >> 3) * 8) + r_tail) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[2] = (dh_part_ptr[2] + (dgates_ptr[((((H >> 3) * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 2) * H)) + r_tail)] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 2)) + ((((H >> 3) * 8) + r_tail) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
+          dh_part_ptr[3] = (dh_part_ptr[3] + (dgates_ptr[((((H >> 3) * 8) + (((((q_3 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 3) * H)) + r_tail)] * w_hh_ptr[((((((int)blockIdx.x) * 4) + (w_hh_s0 * 3)) + ((((H >> 3) * 8) + r_tail) * w_hh_s1)) + (((int)threadIdx.x) & 3))]));
         }
         dh0_ptr[(((((int)blockIdx.x) * 4) + (((q_3 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (((dh_part_ptr[0] + dh_part_ptr[1]) + dh_part_ptr[2]) + dh_part_ptr[3]);
       }

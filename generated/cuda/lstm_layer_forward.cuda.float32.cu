@@ -5,7 +5,11 @@
 // fg_lstm_layer_forward_float32__none: variant {'train': False, 'reverse': False}, schedule rule LstmLayerForward
 // fg_lstm_layer_forward_float32__reverse: variant {'train': False, 'reverse': True}, schedule rule LstmLayerForward
 // fg_lstm_layer_forward_float32__reverse_train: variant {'train': True, 'reverse': True}, schedule rule LstmLayerForward
+// fg_lstm_layer_forward_float32__reverse_train_w_hh_global: variant {'train': True, 'reverse': True, 'w_hh_global': True}, schedule rule LstmLayerForward
+// fg_lstm_layer_forward_float32__reverse_w_hh_global: variant {'train': False, 'reverse': True, 'w_hh_global': True}, schedule rule LstmLayerForward
 // fg_lstm_layer_forward_float32__train: variant {'train': True, 'reverse': False}, schedule rule LstmLayerForward
+// fg_lstm_layer_forward_float32__train_w_hh_global: variant {'train': True, 'reverse': False, 'w_hh_global': True}, schedule rule LstmLayerForward
+// fg_lstm_layer_forward_float32__w_hh_global: variant {'train': False, 'reverse': False, 'w_hh_global': True}, schedule rule LstmLayerForward
 // ---- the grid barrier of the persistent kernels (fusedgrad targets/cuda_grid_sync.cuh)
 // A counter every block's thread 0 increments on arrival; the last to arrive sets it back to zero and
 // then advances the generation, which the others wait on.  The generation is read before arriving, so
@@ -93,38 +97,37 @@ static __device__ __forceinline__ int fg_grid_sync(unsigned int blocks) {
   #define uchar unsigned char
   #define ushort unsigned short
 #endif
-extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32__train_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int cse_v15, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
-extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32__reverse_train_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int cse_v14, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
-extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32__none_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int cse_v14, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
-extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32__reverse_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int cse_v13, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
-extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32__train_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int cse_v15, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2) {
-  __shared__ alignas(64) float w_shared_ptr[12288];
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32__train_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32__reverse_train_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32__none_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32__reverse_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32__train_w_hh_global_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32__reverse_train_w_hh_global_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32__w_hh_global_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32__reverse_w_hh_global_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32__train_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2) {
+  extern __shared__ __align__(64) float w_shared_ptr[];
   alignas(64) float acc_ptr[4];
   alignas(64) float held_ptr[32];
   alignas(64) float held_ptr_1[32];
   alignas(64) float v_ptr[6];
-  bool fits = (H <= 768);
-  int cse_v2 = (((int)blockIdx.x) * 4);
-  int cse_v3 = (((int)threadIdx.x) & 3);
-  int cse_v17 = ((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3));
-  for (int e = 0; e < 96; ++e) {
-    int cse_v4 = (H - 1);
-    int cse_v16 = ((e * 128) + ((int)threadIdx.x));
-    float condval;
-    if (((H <= 768) && (((e * 128) + ((int)threadIdx.x)) < (H * 16))) && (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H)) {
-      condval = w_hh_ptr[((min(((e * 8) + (((int)threadIdx.x) >> 4)), (H - 1)) + (((((int)threadIdx.x) & 15) >> 2) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)), (H - 1)) * w_hh_s1))];
-    } else {
-      condval = 0x0p+0f/*0.000000e+00*/;
+  if (H <= 2608) {
+    for (int e = 0; e < ((H + 7) >> 3); ++e) {
+      if (((e * 128) + ((int)threadIdx.x)) < (H * 16)) {
+        float condval;
+        if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+          condval = w_hh_ptr[((((e * 8) + (((int)threadIdx.x) >> 4)) + (((((int)threadIdx.x) & 15) >> 2) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)), (H - 1)) * w_hh_s1))];
+        } else {
+          condval = 0x0p+0f/*0.000000e+00*/;
+        }
+        w_shared_ptr[((e * 128) + ((int)threadIdx.x))] = condval;
+      }
     }
-    w_shared_ptr[((e * 128) + ((int)threadIdx.x))] = condval;
   }
   __syncthreads();
-  int cse_v5 = (((int)threadIdx.x) >> 2);
-  int cse_v18 = ((B + 31) - (((int)threadIdx.x) >> 2));
+  bool fits = (H <= 2608);
   if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
     for (int q = 0; q < (((B + 31) - (((int)threadIdx.x) >> 2)) >> 5); ++q) {
-      int cse_v19 = ((q * 32) + (((int)threadIdx.x) >> 2));
-      int cse_v37 = (((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3));
       hy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = h0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + (((int)threadIdx.x) & 3))];
       cy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = c0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * c0_s0)) + (((int)threadIdx.x) & 3))];
     }
@@ -132,8 +135,6 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
   for (int t = 0; t < T; ++t) {
     int tt = t;
     int n = batch_sizes_ptr[t];
-    int cse_v20 = (min(t, T) - 1);
-    int cse_v24 = max((min(t, T) - 1), 0);
     int p = max((min(t, T) - 1), 0);
     int condval_1;
     if (0 < t) {
@@ -143,25 +144,13 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
     }
     int m = condval_1;
     if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
-      int cse_v13 = (t * B);
       for (int q_1 = 0; q_1 < (max(((n + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_1) {
         acc_ptr[0] = 0x0p+0f/*0.000000e+00*/;
         acc_ptr[1] = 0x0p+0f/*0.000000e+00*/;
         acc_ptr[2] = 0x0p+0f/*0.000000e+00*/;
         acc_ptr[3] = 0x0p+0f/*0.000000e+00*/;
-        int cse_v6 = (H >> 5);
-        int cse_v8 = (H & 31);
-        int cse_v21 = ((q_1 * 32) + (((int)threadIdx.x) >> 2));
-        int cse_v23 = ((H >> 5) * 32);
-        int cse_v25 = (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0);
-        int cse_v29 = (((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0));
-        int cse_v41 = ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H);
-        int cse_v44 = (((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H));
-        if (H <= 768) {
+        if (H <= 2608) {
           for (int r_outer = 0; r_outer < (H >> 5); ++r_outer) {
-            int cse_v7 = (r_outer * 32);
-            int cse_v28 = ((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0));
-            int cse_v43 = ((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H));
             float condval_2;
             if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
               condval_2 = h_ptr[((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H))];
@@ -386,7 +375,6 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
               condval_33 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 31)];
             }
             held_ptr[31] = condval_33;
-            int cse_v22 = ((r_outer * 512) + (((int)threadIdx.x) & 3));
             acc_ptr[0] = (acc_ptr[0] + (held_ptr[0] * w_shared_ptr[((r_outer * 512) + (((int)threadIdx.x) & 3))]));
             acc_ptr[1] = (acc_ptr[1] + (held_ptr[0] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 4)]));
             acc_ptr[2] = (acc_ptr[2] + (held_ptr[0] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 8)]));
@@ -517,9 +505,6 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
             acc_ptr[3] = (acc_ptr[3] + (held_ptr[31] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 508)]));
           }
           for (int r_tail = 0; r_tail < (H & 31); ++r_tail) {
-            int cse_v30 = ((((H >> 5) * 512) + (r_tail * 16)) + (((int)threadIdx.x) & 3));
-            int cse_v38 = ((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail);
-            int cse_v47 = ((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + r_tail);
             float condval_34;
             if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
               condval_34 = h_ptr[((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + r_tail)];
@@ -550,13 +535,7 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
             acc_ptr[3] = (acc_ptr[3] + (condval_37 * w_shared_ptr[(((((H >> 5) * 512) + (r_tail * 16)) + (((int)threadIdx.x) & 3)) + 12)]));
           }
         } else {
-          int cse_v10 = (w_hh_s0 * 2);
-          int cse_v11 = (w_hh_s0 * 3);
-          int cse_v26 = (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1);
           for (int r_outer_1 = 0; r_outer_1 < (H >> 5); ++r_outer_1) {
-            int cse_v9 = (r_outer_1 * 32);
-            int cse_v31 = ((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0));
-            int cse_v45 = ((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H));
             float condval_38;
             if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
               condval_38 = h_ptr[((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H))];
@@ -781,13 +760,9 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
               condval_69 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 31)];
             }
             held_ptr_1[31] = condval_69;
-            int cse_v32 = ((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1));
             acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[0] * w_hh_ptr[((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
-            int cse_v33 = (((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1));
             acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[0] * w_hh_ptr[(((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
-            int cse_v34 = (((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1));
             acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[0] * w_hh_ptr[(((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
-            int cse_v35 = (((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1));
             acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[0] * w_hh_ptr[(((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
             acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[1] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)]));
             acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[1] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)]));
@@ -915,8 +890,6 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
             acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[31] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 31)]));
           }
           for (int r_tail_1 = 0; r_tail_1 < (H & 31); ++r_tail_1) {
-            int cse_v39 = ((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail_1);
-            int cse_v48 = ((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + r_tail_1);
             float condval_70;
             if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
               condval_70 = h_ptr[((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + r_tail_1)];
@@ -947,19 +920,14 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
             acc_ptr[3] = (acc_ptr[3] + (condval_73 * w_hh_ptr[(((((H >> 5) * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail_1)]));
           }
         }
-        int cse_v12 = (t * xw_s0);
-        int cse_v27 = (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1);
-        int cse_v36 = (((((int)blockIdx.x) * 4) + (t * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1));
         v_ptr[0] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[0] + xw_ptr[((((((int)blockIdx.x) * 4) + (t * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))])))));
         v_ptr[1] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[1] + xw_ptr[(((((((int)blockIdx.x) * 4) + (t * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + xw_s2) + (((int)threadIdx.x) & 3))])))));
         v_ptr[2] = tanhf((acc_ptr[2] + xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 2)) + (t * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))]));
         v_ptr[3] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[3] + xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 3)) + (t * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))])))));
-        int cse_v40 = (((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3));
         v_ptr[4] = ((v_ptr[1] * cy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))]) + (v_ptr[0] * v_ptr[2]));
         v_ptr[5] = tanhf(v_ptr[4]);
         cy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[4];
         hy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (v_ptr[3] * v_ptr[5]);
-        int cse_v42 = (((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3));
         h_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = (v_ptr[3] * v_ptr[5]);
         c_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[4];
         i_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[0];
@@ -969,7 +937,6 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
         tanhc_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[5];
       }
       for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
-        int cse_v46 = (((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3));
         h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
         c_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
         i_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
@@ -979,48 +946,40 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
         tanhc_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
       }
     }
-    fg_grid_sync(cse_v15);
+    fg_grid_sync(((H + 3) >> 2));
   }
 }
 
-extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32__reverse_train_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int cse_v14, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2) {
-  __shared__ alignas(64) float w_shared_ptr[12288];
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32__reverse_train_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2) {
+  extern __shared__ __align__(64) float w_shared_ptr[];
   alignas(64) float acc_ptr[4];
   alignas(64) float held_ptr[32];
   alignas(64) float held_ptr_1[32];
   alignas(64) float v_ptr[6];
-  bool fits = (H <= 768);
-  int cse_v2 = (((int)blockIdx.x) * 4);
-  int cse_v3 = (((int)threadIdx.x) & 3);
-  int cse_v16 = ((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3));
-  for (int e = 0; e < 96; ++e) {
-    int cse_v4 = (H - 1);
-    int cse_v15 = ((e * 128) + ((int)threadIdx.x));
-    float condval;
-    if (((H <= 768) && (((e * 128) + ((int)threadIdx.x)) < (H * 16))) && (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H)) {
-      condval = w_hh_ptr[((min(((e * 8) + (((int)threadIdx.x) >> 4)), (H - 1)) + (((((int)threadIdx.x) & 15) >> 2) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)), (H - 1)) * w_hh_s1))];
-    } else {
-      condval = 0x0p+0f/*0.000000e+00*/;
+  if (H <= 2608) {
+    for (int e = 0; e < ((H + 7) >> 3); ++e) {
+      if (((e * 128) + ((int)threadIdx.x)) < (H * 16)) {
+        float condval;
+        if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+          condval = w_hh_ptr[((((e * 8) + (((int)threadIdx.x) >> 4)) + (((((int)threadIdx.x) & 15) >> 2) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)), (H - 1)) * w_hh_s1))];
+        } else {
+          condval = 0x0p+0f/*0.000000e+00*/;
+        }
+        w_shared_ptr[((e * 128) + ((int)threadIdx.x))] = condval;
+      }
     }
-    w_shared_ptr[((e * 128) + ((int)threadIdx.x))] = condval;
   }
   __syncthreads();
-  int cse_v5 = (((int)threadIdx.x) >> 2);
-  int cse_v17 = ((B + 31) - (((int)threadIdx.x) >> 2));
+  bool fits = (H <= 2608);
   if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
     for (int q = 0; q < (((B + 31) - (((int)threadIdx.x) >> 2)) >> 5); ++q) {
-      int cse_v18 = ((q * 32) + (((int)threadIdx.x) >> 2));
-      int cse_v37 = (((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3));
       hy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = h0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + (((int)threadIdx.x) & 3))];
       cy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = c0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * c0_s0)) + (((int)threadIdx.x) & 3))];
     }
   }
   for (int t = 0; t < T; ++t) {
-    int cse_v6 = (T - t);
-    int cse_v19 = ((T - t) - 1);
     int tt = ((T - t) - 1);
     int n = batch_sizes_ptr[((T - t) - 1)];
-    int cse_v23 = max((T - max(t, 1)), 0);
     int p = max((T - max(t, 1)), 0);
     int condval_1;
     if (0 < t) {
@@ -1030,25 +989,13 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
     }
     int m = condval_1;
     if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
-      int cse_v28 = (((T - t) - 1) * B);
       for (int q_1 = 0; q_1 < (max(((n + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_1) {
         acc_ptr[0] = 0x0p+0f/*0.000000e+00*/;
         acc_ptr[1] = 0x0p+0f/*0.000000e+00*/;
         acc_ptr[2] = 0x0p+0f/*0.000000e+00*/;
         acc_ptr[3] = 0x0p+0f/*0.000000e+00*/;
-        int cse_v7 = (H >> 5);
-        int cse_v9 = (H & 31);
-        int cse_v20 = ((q_1 * 32) + (((int)threadIdx.x) >> 2));
-        int cse_v22 = ((H >> 5) * 32);
-        int cse_v24 = (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0);
-        int cse_v30 = (((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0));
-        int cse_v42 = ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H);
-        int cse_v44 = (((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H));
-        if (H <= 768) {
+        if (H <= 2608) {
           for (int r_outer = 0; r_outer < (H >> 5); ++r_outer) {
-            int cse_v8 = (r_outer * 32);
-            int cse_v29 = ((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0));
-            int cse_v43 = ((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H));
             float condval_2;
             if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
               condval_2 = h_ptr[((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H))];
@@ -1273,7 +1220,6 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
               condval_33 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 31)];
             }
             held_ptr[31] = condval_33;
-            int cse_v21 = ((r_outer * 512) + (((int)threadIdx.x) & 3));
             acc_ptr[0] = (acc_ptr[0] + (held_ptr[0] * w_shared_ptr[((r_outer * 512) + (((int)threadIdx.x) & 3))]));
             acc_ptr[1] = (acc_ptr[1] + (held_ptr[0] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 4)]));
             acc_ptr[2] = (acc_ptr[2] + (held_ptr[0] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 8)]));
@@ -1404,9 +1350,6 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
             acc_ptr[3] = (acc_ptr[3] + (held_ptr[31] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 508)]));
           }
           for (int r_tail = 0; r_tail < (H & 31); ++r_tail) {
-            int cse_v31 = ((((H >> 5) * 512) + (r_tail * 16)) + (((int)threadIdx.x) & 3));
-            int cse_v38 = ((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail);
-            int cse_v47 = ((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + r_tail);
             float condval_34;
             if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
               condval_34 = h_ptr[((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + r_tail)];
@@ -1437,13 +1380,7 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
             acc_ptr[3] = (acc_ptr[3] + (condval_37 * w_shared_ptr[(((((H >> 5) * 512) + (r_tail * 16)) + (((int)threadIdx.x) & 3)) + 12)]));
           }
         } else {
-          int cse_v11 = (w_hh_s0 * 2);
-          int cse_v12 = (w_hh_s0 * 3);
-          int cse_v25 = (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1);
           for (int r_outer_1 = 0; r_outer_1 < (H >> 5); ++r_outer_1) {
-            int cse_v10 = (r_outer_1 * 32);
-            int cse_v32 = ((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0));
-            int cse_v45 = ((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H));
             float condval_38;
             if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
               condval_38 = h_ptr[((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H))];
@@ -1668,13 +1605,9 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
               condval_69 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 31)];
             }
             held_ptr_1[31] = condval_69;
-            int cse_v33 = ((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1));
             acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[0] * w_hh_ptr[((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
-            int cse_v34 = (((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1));
             acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[0] * w_hh_ptr[(((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
-            int cse_v35 = (((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1));
             acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[0] * w_hh_ptr[(((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
-            int cse_v36 = (((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1));
             acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[0] * w_hh_ptr[(((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
             acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[1] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)]));
             acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[1] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)]));
@@ -1802,8 +1735,6 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
             acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[31] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 31)]));
           }
           for (int r_tail_1 = 0; r_tail_1 < (H & 31); ++r_tail_1) {
-            int cse_v39 = ((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail_1);
-            int cse_v48 = ((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + r_tail_1);
             float condval_70;
             if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
               condval_70 = h_ptr[((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + r_tail_1)];
@@ -1834,19 +1765,14 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
             acc_ptr[3] = (acc_ptr[3] + (condval_73 * w_hh_ptr[(((((H >> 5) * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail_1)]));
           }
         }
-        int cse_v26 = (((T - t) - 1) * xw_s0);
-        int cse_v27 = (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1);
-        int cse_v40 = (((((int)blockIdx.x) * 4) + (((T - t) - 1) * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1));
         v_ptr[0] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[0] + xw_ptr[((((((int)blockIdx.x) * 4) + (((T - t) - 1) * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))])))));
         v_ptr[1] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[1] + xw_ptr[(((((((int)blockIdx.x) * 4) + (((T - t) - 1) * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + xw_s2) + (((int)threadIdx.x) & 3))])))));
         v_ptr[2] = tanhf((acc_ptr[2] + xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))]));
         v_ptr[3] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[3] + xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))])))));
-        int cse_v41 = (((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3));
         v_ptr[4] = ((v_ptr[1] * cy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))]) + (v_ptr[0] * v_ptr[2]));
         v_ptr[5] = tanhf(v_ptr[4]);
         cy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[4];
         hy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (v_ptr[3] * v_ptr[5]);
-        int cse_v46 = (((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3));
         h_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = (v_ptr[3] * v_ptr[5]);
         c_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[4];
         i_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[0];
@@ -1856,7 +1782,6 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
         tanhc_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[5];
       }
       for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
-        int cse_v49 = (((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3));
         h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
         c_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
         i_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
@@ -1866,38 +1791,33 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
         tanhc_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
       }
     }
-    fg_grid_sync(cse_v14);
+    fg_grid_sync(((H + 3) >> 2));
   }
 }
 
-extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32__none_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int cse_v14, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2) {
-  __shared__ alignas(64) float w_shared_ptr[12288];
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32__none_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2) {
+  extern __shared__ __align__(64) float w_shared_ptr[];
   alignas(64) float acc_ptr[4];
   alignas(64) float held_ptr[32];
   alignas(64) float held_ptr_1[32];
   alignas(64) float v_ptr[6];
-  bool fits = (H <= 768);
-  int cse_v2 = (((int)blockIdx.x) * 4);
-  int cse_v3 = (((int)threadIdx.x) & 3);
-  int cse_v16 = ((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3));
-  for (int e = 0; e < 96; ++e) {
-    int cse_v4 = (H - 1);
-    int cse_v15 = ((e * 128) + ((int)threadIdx.x));
-    float condval;
-    if (((H <= 768) && (((e * 128) + ((int)threadIdx.x)) < (H * 16))) && (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H)) {
-      condval = w_hh_ptr[((min(((e * 8) + (((int)threadIdx.x) >> 4)), (H - 1)) + (((((int)threadIdx.x) & 15) >> 2) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)), (H - 1)) * w_hh_s1))];
-    } else {
-      condval = 0x0p+0f/*0.000000e+00*/;
+  if (H <= 2608) {
+    for (int e = 0; e < ((H + 7) >> 3); ++e) {
+      if (((e * 128) + ((int)threadIdx.x)) < (H * 16)) {
+        float condval;
+        if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+          condval = w_hh_ptr[((((e * 8) + (((int)threadIdx.x) >> 4)) + (((((int)threadIdx.x) & 15) >> 2) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)), (H - 1)) * w_hh_s1))];
+        } else {
+          condval = 0x0p+0f/*0.000000e+00*/;
+        }
+        w_shared_ptr[((e * 128) + ((int)threadIdx.x))] = condval;
+      }
     }
-    w_shared_ptr[((e * 128) + ((int)threadIdx.x))] = condval;
   }
   __syncthreads();
-  int cse_v5 = (((int)threadIdx.x) >> 2);
-  int cse_v17 = ((B + 31) - (((int)threadIdx.x) >> 2));
+  bool fits = (H <= 2608);
   if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
     for (int q = 0; q < (((B + 31) - (((int)threadIdx.x) >> 2)) >> 5); ++q) {
-      int cse_v18 = ((q * 32) + (((int)threadIdx.x) >> 2));
-      int cse_v36 = (((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3));
       hy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = h0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + (((int)threadIdx.x) & 3))];
       cy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = c0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * c0_s0)) + (((int)threadIdx.x) & 3))];
     }
@@ -1905,8 +1825,6 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
   for (int t = 0; t < T; ++t) {
     int tt = t;
     int n = batch_sizes_ptr[t];
-    int cse_v19 = (min(t, T) - 1);
-    int cse_v23 = max((min(t, T) - 1), 0);
     int p = max((min(t, T) - 1), 0);
     int condval_1;
     if (0 < t) {
@@ -1916,25 +1834,13 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
     }
     int m = condval_1;
     if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
-      int cse_v13 = (t * B);
       for (int q_1 = 0; q_1 < (max(((n + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_1) {
         acc_ptr[0] = 0x0p+0f/*0.000000e+00*/;
         acc_ptr[1] = 0x0p+0f/*0.000000e+00*/;
         acc_ptr[2] = 0x0p+0f/*0.000000e+00*/;
         acc_ptr[3] = 0x0p+0f/*0.000000e+00*/;
-        int cse_v6 = (H >> 5);
-        int cse_v8 = (H & 31);
-        int cse_v20 = ((q_1 * 32) + (((int)threadIdx.x) >> 2));
-        int cse_v22 = ((H >> 5) * 32);
-        int cse_v24 = (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0);
-        int cse_v28 = (((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0));
-        int cse_v40 = ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H);
-        int cse_v42 = (((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H));
-        if (H <= 768) {
+        if (H <= 2608) {
           for (int r_outer = 0; r_outer < (H >> 5); ++r_outer) {
-            int cse_v7 = (r_outer * 32);
-            int cse_v27 = ((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0));
-            int cse_v41 = ((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H));
             float condval_2;
             if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
               condval_2 = h_ptr[((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H))];
@@ -2159,7 +2065,6 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
               condval_33 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 31)];
             }
             held_ptr[31] = condval_33;
-            int cse_v21 = ((r_outer * 512) + (((int)threadIdx.x) & 3));
             acc_ptr[0] = (acc_ptr[0] + (held_ptr[0] * w_shared_ptr[((r_outer * 512) + (((int)threadIdx.x) & 3))]));
             acc_ptr[1] = (acc_ptr[1] + (held_ptr[0] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 4)]));
             acc_ptr[2] = (acc_ptr[2] + (held_ptr[0] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 8)]));
@@ -2290,9 +2195,6 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
             acc_ptr[3] = (acc_ptr[3] + (held_ptr[31] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 508)]));
           }
           for (int r_tail = 0; r_tail < (H & 31); ++r_tail) {
-            int cse_v29 = ((((H >> 5) * 512) + (r_tail * 16)) + (((int)threadIdx.x) & 3));
-            int cse_v37 = ((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail);
-            int cse_v44 = ((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + r_tail);
             float condval_34;
             if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
               condval_34 = h_ptr[((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + r_tail)];
@@ -2323,13 +2225,7 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
             acc_ptr[3] = (acc_ptr[3] + (condval_37 * w_shared_ptr[(((((H >> 5) * 512) + (r_tail * 16)) + (((int)threadIdx.x) & 3)) + 12)]));
           }
         } else {
-          int cse_v10 = (w_hh_s0 * 2);
-          int cse_v11 = (w_hh_s0 * 3);
-          int cse_v25 = (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1);
           for (int r_outer_1 = 0; r_outer_1 < (H >> 5); ++r_outer_1) {
-            int cse_v9 = (r_outer_1 * 32);
-            int cse_v30 = ((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0));
-            int cse_v43 = ((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H));
             float condval_38;
             if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
               condval_38 = h_ptr[((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H))];
@@ -2554,13 +2450,9 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
               condval_69 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 31)];
             }
             held_ptr_1[31] = condval_69;
-            int cse_v31 = ((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1));
             acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[0] * w_hh_ptr[((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
-            int cse_v32 = (((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1));
             acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[0] * w_hh_ptr[(((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
-            int cse_v33 = (((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1));
             acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[0] * w_hh_ptr[(((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
-            int cse_v34 = (((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1));
             acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[0] * w_hh_ptr[(((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
             acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[1] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)]));
             acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[1] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)]));
@@ -2688,8 +2580,6 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
             acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[31] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 31)]));
           }
           for (int r_tail_1 = 0; r_tail_1 < (H & 31); ++r_tail_1) {
-            int cse_v38 = ((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail_1);
-            int cse_v45 = ((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + r_tail_1);
             float condval_70;
             if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
               condval_70 = h_ptr[((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + r_tail_1)];
@@ -2720,14 +2610,10 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
             acc_ptr[3] = (acc_ptr[3] + (condval_73 * w_hh_ptr[(((((H >> 5) * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail_1)]));
           }
         }
-        int cse_v12 = (t * xw_s0);
-        int cse_v26 = (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1);
-        int cse_v35 = (((((int)blockIdx.x) * 4) + (t * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1));
         v_ptr[0] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[0] + xw_ptr[((((((int)blockIdx.x) * 4) + (t * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))])))));
         v_ptr[1] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[1] + xw_ptr[(((((((int)blockIdx.x) * 4) + (t * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + xw_s2) + (((int)threadIdx.x) & 3))])))));
         v_ptr[2] = tanhf((acc_ptr[2] + xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 2)) + (t * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))]));
         v_ptr[3] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[3] + xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 3)) + (t * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))])))));
-        int cse_v39 = (((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3));
         v_ptr[4] = ((v_ptr[1] * cy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))]) + (v_ptr[0] * v_ptr[2]));
         v_ptr[5] = tanhf(v_ptr[4]);
         cy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[4];
@@ -2738,48 +2624,40 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
         h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
       }
     }
-    fg_grid_sync(cse_v14);
+    fg_grid_sync(((H + 3) >> 2));
   }
 }
 
-extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32__reverse_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int cse_v13, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2) {
-  __shared__ alignas(64) float w_shared_ptr[12288];
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32__reverse_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2) {
+  extern __shared__ __align__(64) float w_shared_ptr[];
   alignas(64) float acc_ptr[4];
   alignas(64) float held_ptr[32];
   alignas(64) float held_ptr_1[32];
   alignas(64) float v_ptr[6];
-  bool fits = (H <= 768);
-  int cse_v2 = (((int)blockIdx.x) * 4);
-  int cse_v3 = (((int)threadIdx.x) & 3);
-  int cse_v15 = ((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3));
-  for (int e = 0; e < 96; ++e) {
-    int cse_v4 = (H - 1);
-    int cse_v14 = ((e * 128) + ((int)threadIdx.x));
-    float condval;
-    if (((H <= 768) && (((e * 128) + ((int)threadIdx.x)) < (H * 16))) && (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H)) {
-      condval = w_hh_ptr[((min(((e * 8) + (((int)threadIdx.x) >> 4)), (H - 1)) + (((((int)threadIdx.x) & 15) >> 2) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)), (H - 1)) * w_hh_s1))];
-    } else {
-      condval = 0x0p+0f/*0.000000e+00*/;
+  if (H <= 2608) {
+    for (int e = 0; e < ((H + 7) >> 3); ++e) {
+      if (((e * 128) + ((int)threadIdx.x)) < (H * 16)) {
+        float condval;
+        if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+          condval = w_hh_ptr[((((e * 8) + (((int)threadIdx.x) >> 4)) + (((((int)threadIdx.x) & 15) >> 2) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)), (H - 1)) * w_hh_s1))];
+        } else {
+          condval = 0x0p+0f/*0.000000e+00*/;
+        }
+        w_shared_ptr[((e * 128) + ((int)threadIdx.x))] = condval;
+      }
     }
-    w_shared_ptr[((e * 128) + ((int)threadIdx.x))] = condval;
   }
   __syncthreads();
-  int cse_v5 = (((int)threadIdx.x) >> 2);
-  int cse_v16 = ((B + 31) - (((int)threadIdx.x) >> 2));
+  bool fits = (H <= 2608);
   if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
     for (int q = 0; q < (((B + 31) - (((int)threadIdx.x) >> 2)) >> 5); ++q) {
-      int cse_v17 = ((q * 32) + (((int)threadIdx.x) >> 2));
-      int cse_v36 = (((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3));
       hy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = h0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + (((int)threadIdx.x) & 3))];
       cy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = c0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * c0_s0)) + (((int)threadIdx.x) & 3))];
     }
   }
   for (int t = 0; t < T; ++t) {
-    int cse_v6 = (T - t);
-    int cse_v18 = ((T - t) - 1);
     int tt = ((T - t) - 1);
     int n = batch_sizes_ptr[((T - t) - 1)];
-    int cse_v22 = max((T - max(t, 1)), 0);
     int p = max((T - max(t, 1)), 0);
     int condval_1;
     if (0 < t) {
@@ -2789,25 +2667,13 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
     }
     int m = condval_1;
     if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
-      int cse_v27 = (((T - t) - 1) * B);
       for (int q_1 = 0; q_1 < (max(((n + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_1) {
         acc_ptr[0] = 0x0p+0f/*0.000000e+00*/;
         acc_ptr[1] = 0x0p+0f/*0.000000e+00*/;
         acc_ptr[2] = 0x0p+0f/*0.000000e+00*/;
         acc_ptr[3] = 0x0p+0f/*0.000000e+00*/;
-        int cse_v7 = (H >> 5);
-        int cse_v9 = (H & 31);
-        int cse_v19 = ((q_1 * 32) + (((int)threadIdx.x) >> 2));
-        int cse_v21 = ((H >> 5) * 32);
-        int cse_v23 = (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0);
-        int cse_v29 = (((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0));
-        int cse_v41 = ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H);
-        int cse_v43 = (((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H));
-        if (H <= 768) {
+        if (H <= 2608) {
           for (int r_outer = 0; r_outer < (H >> 5); ++r_outer) {
-            int cse_v8 = (r_outer * 32);
-            int cse_v28 = ((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0));
-            int cse_v42 = ((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H));
             float condval_2;
             if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
               condval_2 = h_ptr[((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H))];
@@ -3032,7 +2898,6 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
               condval_33 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 31)];
             }
             held_ptr[31] = condval_33;
-            int cse_v20 = ((r_outer * 512) + (((int)threadIdx.x) & 3));
             acc_ptr[0] = (acc_ptr[0] + (held_ptr[0] * w_shared_ptr[((r_outer * 512) + (((int)threadIdx.x) & 3))]));
             acc_ptr[1] = (acc_ptr[1] + (held_ptr[0] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 4)]));
             acc_ptr[2] = (acc_ptr[2] + (held_ptr[0] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 8)]));
@@ -3163,9 +3028,6 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
             acc_ptr[3] = (acc_ptr[3] + (held_ptr[31] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 508)]));
           }
           for (int r_tail = 0; r_tail < (H & 31); ++r_tail) {
-            int cse_v30 = ((((H >> 5) * 512) + (r_tail * 16)) + (((int)threadIdx.x) & 3));
-            int cse_v37 = ((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail);
-            int cse_v45 = ((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + r_tail);
             float condval_34;
             if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
               condval_34 = h_ptr[((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + r_tail)];
@@ -3196,13 +3058,7 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
             acc_ptr[3] = (acc_ptr[3] + (condval_37 * w_shared_ptr[(((((H >> 5) * 512) + (r_tail * 16)) + (((int)threadIdx.x) & 3)) + 12)]));
           }
         } else {
-          int cse_v11 = (w_hh_s0 * 2);
-          int cse_v12 = (w_hh_s0 * 3);
-          int cse_v24 = (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1);
           for (int r_outer_1 = 0; r_outer_1 < (H >> 5); ++r_outer_1) {
-            int cse_v10 = (r_outer_1 * 32);
-            int cse_v31 = ((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0));
-            int cse_v44 = ((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H));
             float condval_38;
             if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
               condval_38 = h_ptr[((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H))];
@@ -3427,13 +3283,9 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
               condval_69 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 31)];
             }
             held_ptr_1[31] = condval_69;
-            int cse_v32 = ((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1));
             acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[0] * w_hh_ptr[((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
-            int cse_v33 = (((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1));
             acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[0] * w_hh_ptr[(((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
-            int cse_v34 = (((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1));
             acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[0] * w_hh_ptr[(((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
-            int cse_v35 = (((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1));
             acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[0] * w_hh_ptr[(((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
             acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[1] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)]));
             acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[1] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)]));
@@ -3561,8 +3413,6 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
             acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[31] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 31)]));
           }
           for (int r_tail_1 = 0; r_tail_1 < (H & 31); ++r_tail_1) {
-            int cse_v38 = ((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail_1);
-            int cse_v46 = ((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + r_tail_1);
             float condval_70;
             if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
               condval_70 = h_ptr[((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + r_tail_1)];
@@ -3593,14 +3443,10 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
             acc_ptr[3] = (acc_ptr[3] + (condval_73 * w_hh_ptr[(((((H >> 5) * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail_1)]));
           }
         }
-        int cse_v25 = (((T - t) - 1) * xw_s0);
-        int cse_v26 = (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1);
-        int cse_v39 = (((((int)blockIdx.x) * 4) + (((T - t) - 1) * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1));
         v_ptr[0] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[0] + xw_ptr[((((((int)blockIdx.x) * 4) + (((T - t) - 1) * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))])))));
         v_ptr[1] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[1] + xw_ptr[(((((((int)blockIdx.x) * 4) + (((T - t) - 1) * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + xw_s2) + (((int)threadIdx.x) & 3))])))));
         v_ptr[2] = tanhf((acc_ptr[2] + xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))]));
         v_ptr[3] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[3] + xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))])))));
-        int cse_v40 = (((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3));
         v_ptr[4] = ((v_ptr[1] * cy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))]) + (v_ptr[0] * v_ptr[2]));
         v_ptr[5] = tanhf(v_ptr[4]);
         cy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[4];
@@ -3611,7 +3457,691 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
         h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
       }
     }
-    fg_grid_sync(cse_v13);
+    fg_grid_sync(((H + 3) >> 2));
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32__train_w_hh_global_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2) {
+  alignas(64) float acc_ptr[4];
+  alignas(64) float held_ptr[8];
+  alignas(64) float v_ptr[6];
+  if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+    for (int q = 0; q < (((B + 31) - (((int)threadIdx.x) >> 2)) >> 5); ++q) {
+      hy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = h0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + (((int)threadIdx.x) & 3))];
+      cy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = c0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * c0_s0)) + (((int)threadIdx.x) & 3))];
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    int tt = t;
+    int n = batch_sizes_ptr[t];
+    int p = max((min(t, T) - 1), 0);
+    int condval;
+    if (0 < t) {
+      condval = min(n, batch_sizes_ptr[(min(t, T) - 1)]);
+    } else {
+      condval = 0;
+    }
+    int m = condval;
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+      for (int q_1 = 0; q_1 < (max(((n + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_1) {
+        acc_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[1] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[2] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int r_outer = 0; r_outer < (H >> 3); ++r_outer) {
+          float condval_1;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_1 = h_ptr[((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H))];
+          } else {
+            condval_1 = h0_ptr[((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0))];
+          }
+          held_ptr[0] = condval_1;
+          float condval_2;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_2 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 1)];
+          } else {
+            condval_2 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 1)];
+          }
+          held_ptr[1] = condval_2;
+          float condval_3;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_3 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 2)];
+          } else {
+            condval_3 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 2)];
+          }
+          held_ptr[2] = condval_3;
+          float condval_4;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_4 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 3)];
+          } else {
+            condval_4 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 3)];
+          }
+          held_ptr[3] = condval_4;
+          float condval_5;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_5 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 4)];
+          } else {
+            condval_5 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 4)];
+          }
+          held_ptr[4] = condval_5;
+          float condval_6;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_6 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 5)];
+          } else {
+            condval_6 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 5)];
+          }
+          held_ptr[5] = condval_6;
+          float condval_7;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_7 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 6)];
+          } else {
+            condval_7 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 6)];
+          }
+          held_ptr[6] = condval_7;
+          float condval_8;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_8 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 7)];
+          } else {
+            condval_8 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 7)];
+          }
+          held_ptr[7] = condval_8;
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[0] * w_hh_ptr[((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[0] * w_hh_ptr[(((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[0] * w_hh_ptr[(((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[0] * w_hh_ptr[(((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[1] * w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)]));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[1] * w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)]));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[1] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)]));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[1] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)]));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[2] * w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)]));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[2] * w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)]));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[2] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)]));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[2] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)]));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[3] * w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)]));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[3] * w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)]));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[3] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)]));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[3] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)]));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[4] * w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)]));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[4] * w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)]));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[4] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)]));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[4] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)]));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[5] * w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)]));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[5] * w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)]));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[5] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)]));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[5] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)]));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[6] * w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)]));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[6] * w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)]));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[6] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)]));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[6] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)]));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[7] * w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)]));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[7] * w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)]));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[7] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)]));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[7] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)]));
+        }
+        for (int r_tail = 0; r_tail < (H & 7); ++r_tail) {
+          float condval_9;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_9 = h_ptr[((((H >> 3) * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + r_tail)];
+          } else {
+            condval_9 = h0_ptr[((((H >> 3) * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+          }
+          acc_ptr[0] = (acc_ptr[0] + (condval_9 * w_hh_ptr[((((H >> 3) * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail)]));
+          float condval_10;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_10 = h_ptr[((((H >> 3) * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + r_tail)];
+          } else {
+            condval_10 = h0_ptr[((((H >> 3) * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+          }
+          acc_ptr[1] = (acc_ptr[1] + (condval_10 * w_hh_ptr[(((((H >> 3) * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail)]));
+          float condval_11;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_11 = h_ptr[((((H >> 3) * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + r_tail)];
+          } else {
+            condval_11 = h0_ptr[((((H >> 3) * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+          }
+          acc_ptr[2] = (acc_ptr[2] + (condval_11 * w_hh_ptr[(((((H >> 3) * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail)]));
+          float condval_12;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_12 = h_ptr[((((H >> 3) * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + r_tail)];
+          } else {
+            condval_12 = h0_ptr[((((H >> 3) * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+          }
+          acc_ptr[3] = (acc_ptr[3] + (condval_12 * w_hh_ptr[(((((H >> 3) * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail)]));
+        }
+        v_ptr[0] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[0] + xw_ptr[((((((int)blockIdx.x) * 4) + (t * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))])))));
+        v_ptr[1] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[1] + xw_ptr[(((((((int)blockIdx.x) * 4) + (t * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + xw_s2) + (((int)threadIdx.x) & 3))])))));
+        v_ptr[2] = tanhf((acc_ptr[2] + xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 2)) + (t * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))]));
+        v_ptr[3] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[3] + xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 3)) + (t * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))])))));
+        v_ptr[4] = ((v_ptr[1] * cy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))]) + (v_ptr[0] * v_ptr[2]));
+        v_ptr[5] = tanhf(v_ptr[4]);
+        cy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[4];
+        hy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (v_ptr[3] * v_ptr[5]);
+        h_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = (v_ptr[3] * v_ptr[5]);
+        c_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[4];
+        i_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[0];
+        f_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[1];
+        g_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[2];
+        o_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[3];
+        tanhc_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[5];
+      }
+      for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
+        h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        c_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        i_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        f_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        g_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        o_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        tanhc_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+      }
+    }
+    fg_grid_sync(((H + 3) >> 2));
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32__reverse_train_w_hh_global_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2) {
+  alignas(64) float acc_ptr[4];
+  alignas(64) float held_ptr[8];
+  alignas(64) float v_ptr[6];
+  if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+    for (int q = 0; q < (((B + 31) - (((int)threadIdx.x) >> 2)) >> 5); ++q) {
+      hy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = h0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + (((int)threadIdx.x) & 3))];
+      cy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = c0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * c0_s0)) + (((int)threadIdx.x) & 3))];
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    int tt = ((T - t) - 1);
+    int n = batch_sizes_ptr[((T - t) - 1)];
+    int p = max((T - max(t, 1)), 0);
+    int condval;
+    if (0 < t) {
+      condval = min(n, batch_sizes_ptr[max((T - t), 0)]);
+    } else {
+      condval = 0;
+    }
+    int m = condval;
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+      for (int q_1 = 0; q_1 < (max(((n + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_1) {
+        acc_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[1] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[2] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int r_outer = 0; r_outer < (H >> 3); ++r_outer) {
+          float condval_1;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_1 = h_ptr[((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H))];
+          } else {
+            condval_1 = h0_ptr[((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0))];
+          }
+          held_ptr[0] = condval_1;
+          float condval_2;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_2 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 1)];
+          } else {
+            condval_2 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 1)];
+          }
+          held_ptr[1] = condval_2;
+          float condval_3;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_3 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 2)];
+          } else {
+            condval_3 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 2)];
+          }
+          held_ptr[2] = condval_3;
+          float condval_4;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_4 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 3)];
+          } else {
+            condval_4 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 3)];
+          }
+          held_ptr[3] = condval_4;
+          float condval_5;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_5 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 4)];
+          } else {
+            condval_5 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 4)];
+          }
+          held_ptr[4] = condval_5;
+          float condval_6;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_6 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 5)];
+          } else {
+            condval_6 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 5)];
+          }
+          held_ptr[5] = condval_6;
+          float condval_7;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_7 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 6)];
+          } else {
+            condval_7 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 6)];
+          }
+          held_ptr[6] = condval_7;
+          float condval_8;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_8 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 7)];
+          } else {
+            condval_8 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 7)];
+          }
+          held_ptr[7] = condval_8;
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[0] * w_hh_ptr[((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[0] * w_hh_ptr[(((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[0] * w_hh_ptr[(((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[0] * w_hh_ptr[(((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[1] * w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)]));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[1] * w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)]));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[1] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)]));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[1] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)]));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[2] * w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)]));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[2] * w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)]));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[2] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)]));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[2] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)]));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[3] * w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)]));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[3] * w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)]));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[3] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)]));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[3] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)]));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[4] * w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)]));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[4] * w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)]));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[4] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)]));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[4] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)]));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[5] * w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)]));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[5] * w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)]));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[5] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)]));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[5] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)]));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[6] * w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)]));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[6] * w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)]));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[6] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)]));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[6] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)]));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[7] * w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)]));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[7] * w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)]));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[7] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)]));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[7] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)]));
+        }
+        for (int r_tail = 0; r_tail < (H & 7); ++r_tail) {
+          float condval_9;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_9 = h_ptr[((((H >> 3) * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + r_tail)];
+          } else {
+            condval_9 = h0_ptr[((((H >> 3) * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+          }
+          acc_ptr[0] = (acc_ptr[0] + (condval_9 * w_hh_ptr[((((H >> 3) * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail)]));
+          float condval_10;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_10 = h_ptr[((((H >> 3) * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + r_tail)];
+          } else {
+            condval_10 = h0_ptr[((((H >> 3) * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+          }
+          acc_ptr[1] = (acc_ptr[1] + (condval_10 * w_hh_ptr[(((((H >> 3) * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail)]));
+          float condval_11;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_11 = h_ptr[((((H >> 3) * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + r_tail)];
+          } else {
+            condval_11 = h0_ptr[((((H >> 3) * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+          }
+          acc_ptr[2] = (acc_ptr[2] + (condval_11 * w_hh_ptr[(((((H >> 3) * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail)]));
+          float condval_12;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_12 = h_ptr[((((H >> 3) * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + r_tail)];
+          } else {
+            condval_12 = h0_ptr[((((H >> 3) * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+          }
+          acc_ptr[3] = (acc_ptr[3] + (condval_12 * w_hh_ptr[(((((H >> 3) * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail)]));
+        }
+        v_ptr[0] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[0] + xw_ptr[((((((int)blockIdx.x) * 4) + (((T - t) - 1) * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))])))));
+        v_ptr[1] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[1] + xw_ptr[(((((((int)blockIdx.x) * 4) + (((T - t) - 1) * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + xw_s2) + (((int)threadIdx.x) & 3))])))));
+        v_ptr[2] = tanhf((acc_ptr[2] + xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))]));
+        v_ptr[3] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[3] + xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))])))));
+        v_ptr[4] = ((v_ptr[1] * cy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))]) + (v_ptr[0] * v_ptr[2]));
+        v_ptr[5] = tanhf(v_ptr[4]);
+        cy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[4];
+        hy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (v_ptr[3] * v_ptr[5]);
+        h_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = (v_ptr[3] * v_ptr[5]);
+        c_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[4];
+        i_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[0];
+        f_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[1];
+        g_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[2];
+        o_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[3];
+        tanhc_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[5];
+      }
+      for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
+        h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        c_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        i_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        f_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        g_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        o_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        tanhc_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+      }
+    }
+    fg_grid_sync(((H + 3) >> 2));
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32__w_hh_global_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2) {
+  alignas(64) float acc_ptr[4];
+  alignas(64) float held_ptr[8];
+  alignas(64) float v_ptr[6];
+  if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+    for (int q = 0; q < (((B + 31) - (((int)threadIdx.x) >> 2)) >> 5); ++q) {
+      hy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = h0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + (((int)threadIdx.x) & 3))];
+      cy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = c0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * c0_s0)) + (((int)threadIdx.x) & 3))];
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    int tt = t;
+    int n = batch_sizes_ptr[t];
+    int p = max((min(t, T) - 1), 0);
+    int condval;
+    if (0 < t) {
+      condval = min(n, batch_sizes_ptr[(min(t, T) - 1)]);
+    } else {
+      condval = 0;
+    }
+    int m = condval;
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+      for (int q_1 = 0; q_1 < (max(((n + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_1) {
+        acc_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[1] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[2] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int r_outer = 0; r_outer < (H >> 3); ++r_outer) {
+          float condval_1;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_1 = h_ptr[((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H))];
+          } else {
+            condval_1 = h0_ptr[((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0))];
+          }
+          held_ptr[0] = condval_1;
+          float condval_2;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_2 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 1)];
+          } else {
+            condval_2 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 1)];
+          }
+          held_ptr[1] = condval_2;
+          float condval_3;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_3 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 2)];
+          } else {
+            condval_3 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 2)];
+          }
+          held_ptr[2] = condval_3;
+          float condval_4;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_4 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 3)];
+          } else {
+            condval_4 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 3)];
+          }
+          held_ptr[3] = condval_4;
+          float condval_5;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_5 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 4)];
+          } else {
+            condval_5 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 4)];
+          }
+          held_ptr[4] = condval_5;
+          float condval_6;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_6 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 5)];
+          } else {
+            condval_6 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 5)];
+          }
+          held_ptr[5] = condval_6;
+          float condval_7;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_7 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 6)];
+          } else {
+            condval_7 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 6)];
+          }
+          held_ptr[6] = condval_7;
+          float condval_8;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_8 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 7)];
+          } else {
+            condval_8 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 7)];
+          }
+          held_ptr[7] = condval_8;
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[0] * w_hh_ptr[((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[0] * w_hh_ptr[(((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[0] * w_hh_ptr[(((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[0] * w_hh_ptr[(((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[1] * w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)]));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[1] * w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)]));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[1] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)]));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[1] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)]));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[2] * w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)]));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[2] * w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)]));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[2] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)]));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[2] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)]));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[3] * w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)]));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[3] * w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)]));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[3] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)]));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[3] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)]));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[4] * w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)]));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[4] * w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)]));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[4] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)]));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[4] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)]));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[5] * w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)]));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[5] * w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)]));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[5] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)]));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[5] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)]));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[6] * w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)]));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[6] * w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)]));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[6] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)]));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[6] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)]));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[7] * w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)]));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[7] * w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)]));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[7] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)]));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[7] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)]));
+        }
+        for (int r_tail = 0; r_tail < (H & 7); ++r_tail) {
+          float condval_9;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_9 = h_ptr[((((H >> 3) * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + r_tail)];
+          } else {
+            condval_9 = h0_ptr[((((H >> 3) * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+          }
+          acc_ptr[0] = (acc_ptr[0] + (condval_9 * w_hh_ptr[((((H >> 3) * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail)]));
+          float condval_10;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_10 = h_ptr[((((H >> 3) * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + r_tail)];
+          } else {
+            condval_10 = h0_ptr[((((H >> 3) * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+          }
+          acc_ptr[1] = (acc_ptr[1] + (condval_10 * w_hh_ptr[(((((H >> 3) * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail)]));
+          float condval_11;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_11 = h_ptr[((((H >> 3) * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + r_tail)];
+          } else {
+            condval_11 = h0_ptr[((((H >> 3) * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+          }
+          acc_ptr[2] = (acc_ptr[2] + (condval_11 * w_hh_ptr[(((((H >> 3) * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail)]));
+          float condval_12;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_12 = h_ptr[((((H >> 3) * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + r_tail)];
+          } else {
+            condval_12 = h0_ptr[((((H >> 3) * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+          }
+          acc_ptr[3] = (acc_ptr[3] + (condval_12 * w_hh_ptr[(((((H >> 3) * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail)]));
+        }
+        v_ptr[0] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[0] + xw_ptr[((((((int)blockIdx.x) * 4) + (t * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))])))));
+        v_ptr[1] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[1] + xw_ptr[(((((((int)blockIdx.x) * 4) + (t * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + xw_s2) + (((int)threadIdx.x) & 3))])))));
+        v_ptr[2] = tanhf((acc_ptr[2] + xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 2)) + (t * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))]));
+        v_ptr[3] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[3] + xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 3)) + (t * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))])))));
+        v_ptr[4] = ((v_ptr[1] * cy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))]) + (v_ptr[0] * v_ptr[2]));
+        v_ptr[5] = tanhf(v_ptr[4]);
+        cy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[4];
+        hy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (v_ptr[3] * v_ptr[5]);
+        h_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = (v_ptr[3] * v_ptr[5]);
+      }
+      for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
+        h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+      }
+    }
+    fg_grid_sync(((H + 3) >> 2));
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32__reverse_w_hh_global_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2) {
+  alignas(64) float acc_ptr[4];
+  alignas(64) float held_ptr[8];
+  alignas(64) float v_ptr[6];
+  if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+    for (int q = 0; q < (((B + 31) - (((int)threadIdx.x) >> 2)) >> 5); ++q) {
+      hy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = h0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + (((int)threadIdx.x) & 3))];
+      cy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = c0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * c0_s0)) + (((int)threadIdx.x) & 3))];
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    int tt = ((T - t) - 1);
+    int n = batch_sizes_ptr[((T - t) - 1)];
+    int p = max((T - max(t, 1)), 0);
+    int condval;
+    if (0 < t) {
+      condval = min(n, batch_sizes_ptr[max((T - t), 0)]);
+    } else {
+      condval = 0;
+    }
+    int m = condval;
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+      for (int q_1 = 0; q_1 < (max(((n + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_1) {
+        acc_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[1] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[2] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int r_outer = 0; r_outer < (H >> 3); ++r_outer) {
+          float condval_1;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_1 = h_ptr[((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H))];
+          } else {
+            condval_1 = h0_ptr[((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0))];
+          }
+          held_ptr[0] = condval_1;
+          float condval_2;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_2 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 1)];
+          } else {
+            condval_2 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 1)];
+          }
+          held_ptr[1] = condval_2;
+          float condval_3;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_3 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 2)];
+          } else {
+            condval_3 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 2)];
+          }
+          held_ptr[2] = condval_3;
+          float condval_4;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_4 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 3)];
+          } else {
+            condval_4 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 3)];
+          }
+          held_ptr[3] = condval_4;
+          float condval_5;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_5 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 4)];
+          } else {
+            condval_5 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 4)];
+          }
+          held_ptr[4] = condval_5;
+          float condval_6;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_6 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 5)];
+          } else {
+            condval_6 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 5)];
+          }
+          held_ptr[5] = condval_6;
+          float condval_7;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_7 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 6)];
+          } else {
+            condval_7 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 6)];
+          }
+          held_ptr[6] = condval_7;
+          float condval_8;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_8 = h_ptr[(((r_outer * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 7)];
+          } else {
+            condval_8 = h0_ptr[(((r_outer * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 7)];
+          }
+          held_ptr[7] = condval_8;
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[0] * w_hh_ptr[((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[0] * w_hh_ptr[(((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[0] * w_hh_ptr[(((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[0] * w_hh_ptr[(((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[1] * w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)]));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[1] * w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)]));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[1] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)]));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[1] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)]));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[2] * w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)]));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[2] * w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)]));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[2] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)]));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[2] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)]));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[3] * w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)]));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[3] * w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)]));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[3] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)]));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[3] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)]));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[4] * w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)]));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[4] * w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)]));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[4] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)]));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[4] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)]));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[5] * w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)]));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[5] * w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)]));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[5] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)]));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[5] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)]));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[6] * w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)]));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[6] * w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)]));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[6] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)]));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[6] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)]));
+          acc_ptr[0] = (acc_ptr[0] + (held_ptr[7] * w_hh_ptr[(((r_outer * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)]));
+          acc_ptr[1] = (acc_ptr[1] + (held_ptr[7] * w_hh_ptr[((((r_outer * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)]));
+          acc_ptr[2] = (acc_ptr[2] + (held_ptr[7] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)]));
+          acc_ptr[3] = (acc_ptr[3] + (held_ptr[7] * w_hh_ptr[((((r_outer * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)]));
+        }
+        for (int r_tail = 0; r_tail < (H & 7); ++r_tail) {
+          float condval_9;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_9 = h_ptr[((((H >> 3) * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + r_tail)];
+          } else {
+            condval_9 = h0_ptr[((((H >> 3) * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+          }
+          acc_ptr[0] = (acc_ptr[0] + (condval_9 * w_hh_ptr[((((H >> 3) * 8) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail)]));
+          float condval_10;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_10 = h_ptr[((((H >> 3) * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + r_tail)];
+          } else {
+            condval_10 = h0_ptr[((((H >> 3) * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+          }
+          acc_ptr[1] = (acc_ptr[1] + (condval_10 * w_hh_ptr[(((((H >> 3) * 8) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail)]));
+          float condval_11;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_11 = h_ptr[((((H >> 3) * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + r_tail)];
+          } else {
+            condval_11 = h0_ptr[((((H >> 3) * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+          }
+          acc_ptr[2] = (acc_ptr[2] + (condval_11 * w_hh_ptr[(((((H >> 3) * 8) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail)]));
+          float condval_12;
+          if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+            condval_12 = h_ptr[((((H >> 3) * 8) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + r_tail)];
+          } else {
+            condval_12 = h0_ptr[((((H >> 3) * 8) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+          }
+          acc_ptr[3] = (acc_ptr[3] + (condval_12 * w_hh_ptr[(((((H >> 3) * 8) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail)]));
+        }
+        v_ptr[0] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[0] + xw_ptr[((((((int)blockIdx.x) * 4) + (((T - t) - 1) * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))])))));
+        v_ptr[1] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[1] + xw_ptr[(((((((int)blockIdx.x) * 4) + (((T - t) - 1) * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + xw_s2) + (((int)threadIdx.x) & 3))])))));
+        v_ptr[2] = tanhf((acc_ptr[2] + xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))]));
+        v_ptr[3] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[3] + xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))])))));
+        v_ptr[4] = ((v_ptr[1] * cy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))]) + (v_ptr[0] * v_ptr[2]));
+        v_ptr[5] = tanhf(v_ptr[4]);
+        cy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[4];
+        hy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (v_ptr[3] * v_ptr[5]);
+        h_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = (v_ptr[3] * v_ptr[5]);
+      }
+      for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
+        h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+      }
+    }
+    fg_grid_sync(((H + 3) >> 2));
   }
 }
 

@@ -16,16 +16,6 @@ def bind(sch, loop, thread: str, target) -> None:
         sch.bind(loop, thread)
 
 
-def shared_memory_bytes(target) -> int:
-    """A block's static shared memory on the CUDA target (its ``max_shared_memory_per_block``),
-    also in host emulation, so the emulated loop nests make the GPU's choices."""
-    if on_gpu(target):
-        return int(target.attrs["max_shared_memory_per_block"])
-    from ...targets import get
-
-    return int(get("cuda").tvm_target()["max_shared_memory_per_block"])
-
-
 def optin_shared_bytes(target) -> int:
     """The shared memory (static plus dynamic) a block may use with the opt-in on every architecture
     the CUDA build compiles the source for (``targets.cuda.optin_shared_bytes``): what a kernel whose

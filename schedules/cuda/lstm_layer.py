@@ -3,14 +3,23 @@
 ``lstm_layer_forward`` and ``lstm_layer_backward`` are TIR definitions (a plain loop nest over all
 time steps); these rules build each variant's GPU loop nest around the definitions' own expressions
 (``te_defs._lstm_layer``: the cell, its gradient, the order of every sum, the state a step starts
-from), as the CPU rule (``schedules/llvm/lstm_layer.py``) does for its thread team.
+from), as the CPU rule (``schedules/llvm/lstm_layer.py``) does for its thread team.  A kernel's
+tensors are in the call's storage dtype (float32 or float16), its arithmetic float32 (the loads
+widened, each store rounded once), as the definitions say.
 
 - One launch runs every step.  The hidden units are cut into chunks of UNITS; block ``bx`` owns
   chunk ``bx`` (the grid is ceil(H / UNITS) blocks) for the whole launch: its units' W_hh rows (all
   four gates, all H columns; in the backward the matching columns, for dh = dgates·W_hh) are copied
   once into shared memory, and its units' state (c in ``cy``; dh, dc in ``dh0``, ``dc0``) stays with it.
-  Where the slice does not fit the target's shared memory (4·UNITS·H floats above
-  ``max_shared_memory_per_block``), the same sums read W_hh from global memory instead.
+  The slice is the launch's dynamic shared memory (``shared.dyn``), 4·UNITS·H values in the storage
+  dtype, which TVM's host code computes from H; where it is more than the opt-in shared memory a block
+  has on every architecture built (``_util.optin_shared_bytes``: 163 KB with sm_80 and sm_90, so
+  float32 to H = 2608 at UNITS 4), the launch asks for one value and the same sums read W_hh from
+  global memory instead.  Every block must be resident at once with that shared memory
+  (``lowering.cuda.check_persistent_launch``, which the full LSTM calls before a launch).  The
+  entry point of the schedule flag ``w_hh_global`` (``OpDef.target_flags``: CUDA only) keeps no slice
+  (no shared memory: its launch asks for none) and its sums read W_hh from global memory at every H,
+  for the grids whose slices on chip the GPU cannot hold at once; the full LSTM picks it per launch.
 - A block's threads are ROW_SLOTS x UNITS: thread (br, u) owns unit u of the chunk for the rows
   br, br + ROW_SLOTS, ... of the batch, so a warp's shared-memory reads of W_hh are consecutive units
   (no bank conflicts) and the threads of one unit read the same h (a broadcast).
@@ -28,7 +37,8 @@ The grid barrier is ``fg_grid_sync(blocks)``, a device function the CUDA build p
 generated source (``lowering.cuda.GRID_SYNC``): a counter that returns to zero at every barrier
 and a generation that only grows, so it is correct across repeated launches without a reset.  Every
 block must be resident at once: ``lowering.cuda.persistent_grid`` checks the grid against the
-device's SMs and the kernel's occupancy before a launch and refuses one that is not.
+device's SMs and the kernel's occupancy (its launch's dynamic shared memory included) before a launch
+and refuses one that is not.
 
 In host emulation (a CPU target: the tests; CI has no GPU) the block and thread bindings are loops
 and the grid barrier is the end of a phase: every phase of a step runs for every block and thread
@@ -40,7 +50,7 @@ from __future__ import annotations
 
 import contextlib
 
-from tvm import tirx
+from tvm import DataType, tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
@@ -49,12 +59,11 @@ from ...te_defs import _lstm_layer as L
 from ...te_defs import _tir
 from ...te_defs._tir import loop, store
 from .. import ScheduleRule, tir_api
-from ._util import on_gpu
+from ._util import on_gpu, optin_shared_bytes
 
 G = len(L.GATES)
 C, TANHC = L.SCRATCH.index("c"), L.SCRATCH.index("tanhc")
 GRID_SYNC = "fg_grid_sync"  # the grid barrier's device function (lowering.cuda.GRID_SYNC defines it)
-ACC_BYTES = 4  # W_hh's shared copy is float32, whatever the storage dtype (the arithmetic's type)
 
 
 def _cuda_attr(target, name: str) -> int:
@@ -125,6 +134,12 @@ class _Grid:
 # an H200 (docs/gpu-check-h200-2026-12-04.md, T=50, B=32, H=256, 8 units a block): forward 0.66 ms
 # one at a time, 0.75 at 8, 0.59 at 16, 0.53 at 32; backward 1.04, 1.11, 1.02, 0.86
 CHUNK = 32
+# the same in the w_hh_global entry (no slice: a term's W_hh loads are global too).  Chosen for the
+# registers ptxas gives its kernels, which bound how many blocks an SM holds (so the largest H a grid
+# can be resident at): at 32, 168-254 a thread forward on sm_80 (2-3 blocks a SM); at 16, 72-128; at 8,
+# 64 (sm_80) and 56 (sm_90) in every entry, forward and backward, no spills; at 4, spills on sm_80.
+# Its speed against 32 is not measured (no GPU in that session)
+GLOBAL_CHUNK = 8
 
 
 def _chunked_sums(grid, extent, chunk: int, load, add) -> None:
@@ -156,12 +171,13 @@ def _variant(func) -> dict:
 class _Layer(ScheduleRule):
     """UNITS: hidden units a block owns; WARPS: warps a block runs (ROW_SLOTS = threads / UNITS rows
     of the batch at a time).  Both derived from the target: UNITS = warp / 8 (a row slot's 4 gates x
-    UNITS units are half a warp's lanes, 16 bytes of W_hh's shared rows per gate), so that the grid
+    UNITS units are half a warp's lanes, 16 bytes of W_hh's shared rows per gate in float32), so that the grid
     (ceil(H / UNITS) blocks) spreads a layer over more SMs; a block of four warps. On an H200 4 units
     a block against the warp / 4 = 8 before (with CHUNK 32): forward 0.44 against 0.53 ms, backward
     0.79 against 0.86 at T=50, B=32, H=256, the same at B=1 (docs/gpu-check-h200-2026-12-04.md)."""
 
-    KNOBS = {"UNITS": (4, 8, 16, 32), "WARPS": (1, 2, 4, 8), "CHUNK": (1, 4, 8, 16, 32)}
+    KNOBS = {"UNITS": (4, 8, 16, 32), "WARPS": (1, 2, 4, 8), "CHUNK": (1, 4, 8, 16, 32),
+             "GLOBAL_CHUNK": (1, 4, 8, 16, 32)}
 
     def derive(self, name, target):
         if name == "UNITS":
@@ -178,54 +194,97 @@ class _Layer(ScheduleRule):
                              f"that UNITS={units} divides, got {threads}")
         return units, threads, threads // units
 
-    def shared_capacity(self, target) -> int:
-        """float32 values of the W_hh slice a block keeps in shared memory: the target's whole
-        static shared memory a block (``max_shared_memory_per_block``)."""
-        return _cuda_attr(target, "max_shared_memory_per_block") // ACC_BYTES
+    def shared_capacity(self, target, dtype: str = L.DTYPE) -> int:
+        """Values of W_hh's slice (in ``dtype``, the storage dtype it is kept in) a block may keep in
+        shared memory: the opt-in shared memory a block has on every architecture built
+        (``_util.optin_shared_bytes``), all of it the launch's dynamic shared memory (the kernels
+        declare no static shared memory: ptxas counts none, which the nvcc test checks)."""
+        return optin_shared_bytes(target) // (DataType(dtype).bits // 8)
+
+    def dynamic_shared(self, target, dtype: str, w_hh_global: bool = False) -> dict:
+        """What a launch's dynamic shared memory is at hidden size H (``lowering.cuda.dynamic_shared_bytes``
+        evaluates it; TVM's host code computes the same from H): the block's W_hh slice, ``bytes_per_h``
+        x H (4 gates x UNITS units x H values of ``dtype``), up to ``up_to`` bytes (``shared_capacity``),
+        else one value, ``else`` bytes (the sums then read W_hh from global memory); none at any H in the
+        ``w_hh_global`` entry point."""
+        if w_hh_global:
+            return {"bytes_per_h": 0, "up_to": 0, "else": 0}
+        size = DataType(dtype).bits // 8
+        return {"bytes_per_h": G * self.shape(target)[0] * size, "up_to": self.shared_capacity(target, dtype) * size,
+                "else": size}
 
     def apply(self, func, target):
         if tir_api.op_name(func) != self.op:
             return None
-        built = self.build(_variant(func), target).with_attr("fusedgrad.variant", func.attrs["fusedgrad.variant"])
-        # the loader's co-residency check finds the grid (ceil(H / units) blocks) from this, in the manifest
-        built = built.with_attr("fusedgrad.grid_units", self.shape(target)[0])
-        for key in (tir_api.OP_ATTR, "global_symbol"):
-            built = built.with_attr(key, func.attrs[key])
+        (dtype,) = {str(p.dtype) for p in func.params if getattr(p, "name", None) == "w_hh"}
+        variant = func.attrs["fusedgrad.variant"]
+        w_hh_global = "w_hh_global" in tir_api.schedule_flags(func)
+        built = self.build(_variant(func), target, dtype, w_hh_global).with_attr("fusedgrad.variant", variant)
+        built = built.with_attr(tir_api.WHOLE_ATTR, True)  # every buffer allocated at the size it is used
+        # the loader's co-residency check finds the grid (ceil(H / units) blocks) and a launch's dynamic
+        # shared memory from these, in the manifest
+        built = built.with_attr("fusedgrad.grid_units", self.shape(target)[0]).with_attr(
+            "fusedgrad.dynamic_shared", self.dynamic_shared(target, dtype, w_hh_global))
+        for key in (tir_api.OP_ATTR, "global_symbol", tir_api.FLAGS_ATTR):
+            if func.attrs.get(key) is not None:
+                built = built.with_attr(key, func.attrs[key])
         return tir_api.schedule(built)
 
-    def _slice(self, grid, target, H, nch, U, weight):
-        """The block's W_hh slice in shared memory (one row per block on the host): (buffer, fits,
-        index(bx, k, u, x)); ``weight(k, j, x)`` is the global element the slice holds for gate k of the
-        block's unit j at position x (W_hh's column x in the forward, row x in the backward)."""
-        cap = self.shared_capacity(target)
+    def _slice(self, grid, target, H, nch, U, weight, dtype, w_hh_global):
+        """The block's W_hh slice in shared memory, in the storage ``dtype`` (one row per block on the
+        host): (buffer, fits, index(bx, k, u, x)), None in the ``w_hh_global`` entry (no slice);
+        ``weight(k, j, x)`` is the global element the slice holds for gate k of the block's unit j at
+        position x (W_hh's column x in the forward, row x in the backward).  On the GPU the buffer is
+        ``shared.dyn`` of the slice's size where it fits ``shared_capacity``, else of one value: TVM's
+        host code computes that size from H and passes it as the launch's dynamic shared memory (its
+        CUDA runtime raises the kernel's limit past 48 KiB)."""
+        if w_hh_global:
+            return None
+        values = G * U * H
+        fits = values <= self.shared_capacity(target, dtype)
+        size = tirx.if_then_else(fits, values, 1)
         if grid.gpu:
-            wsh = _tir.local("w_shared", (cap,), L.ACC, scope="shared")
+            wsh = _tir.local("w_shared", (size,), dtype, scope="shared.dyn")
         else:
-            wsh = _tir.local("w_shared", (nch * cap,), L.ACC)
-        fits = _tir.let("fits", G * U * H <= cap)
+            wsh = _tir.local("w_shared", (nch * size,), dtype)
 
         def index(bx, k, u, x):
             flat = (x * G + k) * U + u
-            return flat if grid.gpu else bx * cap + flat
+            return flat if grid.gpu else bx * size + flat
 
         def copy(bx, tx):
-            # every element of the buffer is written (zero past the slice, or all of it where the
-            # slice does not fit): TVM's buffer compaction then keeps its constant size instead of
-            # shrinking it to the symbolic region the sums read (a static shared array has a constant
-            # size); the indices of the global read are clamped into W_hh where it is not taken
+            # the block's units past H (the last block's) hold zeros, their W_hh index clamped
             threads = grid.threads
-            with loop("e", (cap + threads - 1) // threads) as e:
-                flat = e * threads + tx
-                u, k, x = flat % U, flat // U % G, flat // (U * G)
-                j = bx * U + u
-                with _tir.when(flat < cap):
-                    held = L.wide(weight(k, tirx.min(j, H - 1), tirx.min(x, H - 1)))
-                    store(wsh, (index(bx, k, u, x),),
-                          tirx.if_then_else(tirx.all(fits, flat < G * U * H, j < H), held, T.float32(0)))
+            with _tir.when(fits):
+                with loop("e", (values + threads - 1) // threads) as e:
+                    flat = e * threads + tx
+                    u, k, x = flat % U, flat // U % G, flat // (U * G)
+                    j = bx * U + u
+                    with _tir.when(flat < values):
+                        store(wsh, (index(bx, k, u, x),),
+                              tirx.if_then_else(j < H, weight(k, tirx.min(j, H - 1), x), tirx.const(0, dtype)))
 
         grid.phase(copy)
         grid.block_sync()
-        return wsh, fits, index
+        return wsh, _tir.let("fits", fits), index
+
+    def _chunk(self, target, w_hh_global: bool) -> int:
+        """Terms a thread loads together: CHUNK, GLOBAL_CHUNK in the ``w_hh_global`` entry."""
+        return self.knob("GLOBAL_CHUNK" if w_hh_global else "CHUNK", target)
+
+    @staticmethod
+    def _sums(w_slice, on_chip, from_global) -> None:
+        """A step's sums: ``on_chip(buffer, index)`` reading the slice where it holds W_hh, else
+        ``from_global()`` (the same sums in the same order); only the latter without a slice."""
+        if w_slice is None:
+            from_global()
+            return
+        wsh, fits, index = w_slice
+        with T.If(fits):
+            with T.Then():
+                on_chip(wsh, index)
+            with T.Else():
+                from_global()
 
     @staticmethod
     def _rows(count, br, slots, start=0):
@@ -236,7 +295,7 @@ class _Layer(ScheduleRule):
 class LstmLayerForward(_Layer):
     op = "lstm_layer_forward"
 
-    def build(self, variant, target):
+    def build(self, variant, target, dtype=L.DTYPE, w_hh_global=False):
         train, reverse = variant["train"], variant["reverse"]
         U, threads, slots = self.shape(target)
         op = te_defs.get(self.op)
@@ -245,12 +304,13 @@ class LstmLayerForward(_Layer):
                 T.func_name(self.op)
                 T.func_attr({"tirx.noalias": True})
                 sz = _tir.dims("T", "B", "H")
-                a = _tir.params(op, variant, L.DTYPE, sz)
+                a = _tir.params(op, variant, dtype, sz)
                 Tn, B, H = sz["T"], sz["B"], sz["H"]
                 nch = (H + U - 1) // U
                 grid = _Grid(target, nch, threads)
                 with grid.launch():
-                    wsh, fits, index = self._slice(grid, target, H, nch, U, lambda k, j, r: a["w_hh"][k, j, r])
+                    w_slice = self._slice(grid, target, H, nch, U, lambda k, j, r: a["w_hh"][k, j, r], dtype,
+                                          w_hh_global)
 
                     def initial(bx, tx):
                         j = bx * U + tx % U
@@ -267,8 +327,8 @@ class LstmLayerForward(_Layer):
                         # rows 0 .. m-1 continue from h of the previous time index, m .. n-1 start from h0
                         p = _tir.let("p", tirx.max(tirx.min(L.previous_index(tt, reverse), Tn - 1), 0))
                         m = _tir.let("m", tirx.if_then_else(0 < t, tirx.min(n, a["batch_sizes"][p]), 0))
-                        ctx = dict(a=a, wsh=wsh, fits=fits, index=index, U=U, H=H, B=B, tt=tt, n=n, p=p, m=m,
-                                   slots=slots, train=train, grid=grid, chunk=self.knob("CHUNK", target))
+                        ctx = dict(a=a, w_slice=w_slice, U=U, H=H, B=B, tt=tt, n=n, p=p, m=m,
+                                   slots=slots, train=train, grid=grid, chunk=self._chunk(target, w_hh_global))
                         grid.phase(lambda bx, tx: self._step(ctx, bx, tx))
                         grid.grid_sync()
         return ib.get()
@@ -292,11 +352,8 @@ class LstmLayerForward(_Layer):
                     _chunked_sums(grid, H, ctx["chunk"], lambda r: [
                         L.wide(tirx.if_then_else(b < m, a["h"][p, b, r], a["h0"][b, r]))], add)
 
-                with T.If(ctx["fits"]):
-                    with T.Then():
-                        sums(lambda k, r: ctx["wsh"][ctx["index"](bx, k, u, r)])
-                    with T.Else():
-                        sums(lambda k, r: L.wide(a["w_hh"][k, j, r]))
+                self._sums(ctx["w_slice"], lambda wsh, index: sums(lambda k, r: L.wide(wsh[index(bx, k, u, r)])),
+                           lambda: sums(lambda k, r: L.wide(a["w_hh"][k, j, r])))
                 v = grid.scratch("v", (len(L.SCRATCH),))
                 for k in range(G):
                     store(v, (k,), L.activation(k, acc[k] + L.wide(a["xw"][tt, b, k, j])))
@@ -317,25 +374,26 @@ class LstmLayerForward(_Layer):
 class LstmLayerBackward(_Layer):
     op = "lstm_layer_backward"
 
-    def build(self, variant, target):
+    def build(self, variant, target, dtype=L.DTYPE, w_hh_global=False):
         from ...te_defs.lstm_layer_backward import cell_gradient
 
         reverse = variant["reverse"]
         U, threads, slots = self.shape(target)
-        chunk = self.knob("CHUNK", target)
+        chunk = self._chunk(target, w_hh_global)
         op = te_defs.get(self.op)
         with IRBuilder() as ib:
             with T.prim_func():
                 T.func_name(self.op)
                 T.func_attr({"tirx.noalias": True})
                 sz = _tir.dims("T", "B", "H")
-                a = _tir.params(op, variant, L.DTYPE, sz)
+                a = _tir.params(op, variant, dtype, sz)
                 Tn, B, H = sz["T"], sz["B"], sz["H"]
                 nch = (H + U - 1) // U
                 grid = _Grid(target, nch, threads)
                 with grid.launch():
-                    # the block's columns of W_hh: wsh holds W_hh[k, x, r] for its units r, rows x
-                    wsh, fits, index = self._slice(grid, target, H, nch, U, lambda k, r, x: a["w_hh"][k, x, r])
+                    # the block's columns of W_hh: the slice holds W_hh[k, x, r] for its units r, rows x
+                    w_slice = self._slice(grid, target, H, nch, U, lambda k, r, x: a["w_hh"][k, x, r], dtype,
+                                          w_hh_global)
 
                     def initial(bx, tx):
                         j = bx * U + tx % U
@@ -383,11 +441,9 @@ class LstmLayerBackward(_Layer):
                                         _chunked_sums(grid, H, chunk, lambda j: [
                                             L.wide(a["dgates"][tt, b, k, j]) for k in range(G)], add)
 
-                                    with T.If(fits):
-                                        with T.Then():
-                                            sums(lambda k, j: wsh[index(bx, k, u, j)])
-                                        with T.Else():
-                                            sums(lambda k, j: L.wide(a["w_hh"][k, j, r]))
+                                    self._sums(w_slice,
+                                               lambda wsh, index: sums(lambda k, j: L.wide(wsh[index(bx, k, u, j)])),
+                                               lambda: sums(lambda k, j: L.wide(a["w_hh"][k, j, r])))
                                     store(a["dh0"], (b, r), ((part[0] + part[1]) + part[2]) + part[3])
 
                         grid.phase(cell)
