@@ -198,7 +198,7 @@ def persistent_choice(entry, symbols, H: int, capability: tuple[int, int], sm_co
             return symbol
         except CoResidencyError as e:
             refused.append(f"{symbol}: {e}")
-    raise CoResidencyError(f"no entry point of the kernel fits at H = {H}; " + "; ".join(refused))
+    raise CoResidencyError(f"no entry point of the kernel fits at H = {H}: " + " -- ".join(refused))
 
 
 def compile_fatbin(source: str, archs, workdir: str | os.PathLike) -> tuple[bytes, dict]:

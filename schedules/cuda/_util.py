@@ -16,6 +16,20 @@ def bind(sch, loop, thread: str, target) -> None:
         sch.bind(loop, thread)
 
 
+def cuda_attr(target, name: str) -> int:
+    """A CUDA target attribute: ``target``'s on the GPU, the CUDA target's in host emulation (or for
+    None), so the emulated loop nests make the GPU's choices."""
+    if target is not None and on_gpu(target):
+        return int(target.attrs[name])
+    from ...targets import get
+
+    return int(get("cuda").tvm_target()[name])
+
+
+def warp_size(target) -> int:
+    return cuda_attr(target, "thread_warp_size")
+
+
 def optin_shared_bytes(target) -> int:
     """The shared memory (static plus dynamic) a block may use with the opt-in on every architecture
     the CUDA build compiles the source for (``targets.cuda.optin_shared_bytes``): what a kernel whose

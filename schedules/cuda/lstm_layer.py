@@ -59,29 +59,15 @@ from ...te_defs import _lstm_layer as L
 from ...te_defs import _tir
 from ...te_defs._tir import loop, store
 from .. import ScheduleRule, tir_api
-from ._util import on_gpu, optin_shared_bytes
+from ._util import cuda_attr, on_gpu, optin_shared_bytes, warp_size
 
 G = len(L.GATES)
 C, TANHC = L.SCRATCH.index("c"), L.SCRATCH.index("tanhc")
 GRID_SYNC = "fg_grid_sync"  # the grid barrier's device function (lowering.cuda.GRID_SYNC defines it)
 
 
-def _cuda_attr(target, name: str) -> int:
-    """A CUDA target attribute: ``target``'s on the GPU, the CUDA target's in host emulation (or for
-    None), so the emulated loop nests make the GPU's choices."""
-    if target is not None and on_gpu(target):
-        return int(target.attrs[name])
-    from ...targets import get
-
-    return int(get("cuda").tvm_target()[name])
-
-
-def _warp(target) -> int:
-    return _cuda_attr(target, "thread_warp_size")
-
-
 def _max_threads(target) -> int:
-    return _cuda_attr(target, "max_num_threads")
+    return cuda_attr(target, "max_num_threads")
 
 
 class _Grid:
@@ -181,14 +167,14 @@ class _Layer(ScheduleRule):
 
     def derive(self, name, target):
         if name == "UNITS":
-            return _warp(target) // (2 * G)
+            return warp_size(target) // (2 * G)
         if name == "WARPS":
-            return min(4, _max_threads(target) // _warp(target))
+            return min(4, _max_threads(target) // warp_size(target))
         return None
 
     def shape(self, target) -> tuple[int, int, int]:
         """(units a block, threads a block, row slots a block), checked against the target."""
-        units, threads = self.knob("UNITS", target), self.knob("WARPS", target) * _warp(target)
+        units, threads = self.knob("UNITS", target), self.knob("WARPS", target) * warp_size(target)
         if threads > _max_threads(target) or threads % units:
             raise ValueError(f"{type(self).__name__}: expected a block of at most {_max_threads(target)} threads "
                              f"that UNITS={units} divides, got {threads}")

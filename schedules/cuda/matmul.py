@@ -44,7 +44,7 @@ import re
 from .. import ScheduleRule, block_names, tir_api
 from ...targets.cuda import BANK_BYTES, REGISTERS_PER_BLOCK, REGISTERS_PER_THREAD, SHARED_BANKS, compute_capability
 from . import mma_16bit, mma_tf32
-from ._util import bind, on_gpu, optin_shared_bytes, vector_conditions, vector_lanes
+from ._util import bind, on_gpu, optin_shared_bytes, vector_conditions, vector_lanes, warp_size
 
 SM80_ONLY = ("bfloat16", "float32")  # bfloat16 mma and TF32 mma came with sm_80
 FRAGMENT = 16  # fragment rows and columns (m16 x n16: two n8 instructions)
@@ -54,17 +54,6 @@ SWIZZLED_ROW_BYTES = 64  # the shortest tile row TVM's permuted layout swizzles 
 # the hand choices of the tile (STAGES and WARPS are derived from the machine, ``derive``)
 BM = BN = 128
 KC = 32
-
-
-def _warp(target) -> int:
-    """Threads a warp of ``target`` (None or the host emulation: the CUDA target's)."""
-    return int(target.attrs["thread_warp_size"]) if target is not None and on_gpu(target) else _cuda_attr("thread_warp_size")
-
-
-def _cuda_attr(name):
-    from ...targets import get
-
-    return int(get("cuda").tvm_target()[name])
 
 
 class Matmul(ScheduleRule):
@@ -77,9 +66,9 @@ class Matmul(ScheduleRule):
     def derive(self, name, target):
         if name == "WARPS":  # the fewest warps whose accumulators take at most half a thread's registers,
             # as many as a block's registers allow at the most a thread may have
-            most = REGISTERS_PER_BLOCK // (REGISTERS_PER_THREAD * _warp(target))
+            most = REGISTERS_PER_BLOCK // (REGISTERS_PER_THREAD * warp_size(target))
             fits = [w for w in self.KNOBS["WARPS"] if w <= most and self.knob("BM", target) * self.knob("BN", target)
-                    <= w * _warp(target) * REGISTERS_PER_THREAD // 2]
+                    <= w * warp_size(target) * REGISTERS_PER_THREAD // 2]
             return min(fits, default=max(w for w in self.KNOBS["WARPS"] if w <= most))
         if name == "STAGES":  # as many stages as the opt-in shared memory holds (float32's padded tiles)
             tiles = [self.knob(k, target) for k in ("BM", "BN", "KC")]
@@ -137,8 +126,8 @@ class Matmul(ScheduleRule):
         if warps % WY or bm % (WY * FRAGMENT) or bn % (wx * FRAGMENT) or kc % fk:
             raise ValueError(f"Matmul: expected BM a multiple of {WY * FRAGMENT}, BN of {wx * FRAGMENT} "
                              f"({warps} warps) and KC of {fk}, got BM={bm}, BN={bn}, KC={kc}")
-        if bm * bn // (warps * _warp(target)) >= REGISTERS_PER_THREAD:
-            raise ValueError(f"Matmul: a {bm}x{bn} tile's float32 accumulators take {bm * bn // (warps * _warp(target))} "
+        if bm * bn // (warps * warp_size(target)) >= REGISTERS_PER_THREAD:
+            raise ValueError(f"Matmul: a {bm}x{bn} tile's float32 accumulators take {bm * bn // (warps * warp_size(target))} "
                              f"registers a thread with {warps} warps, >= {REGISTERS_PER_THREAD}")
         need = _shared_bytes(bm, bn, kc, stages, dtype, target)
         if need > self.budget(target):
@@ -160,7 +149,7 @@ class Matmul(ScheduleRule):
                              f"({'TF32' if tf32 else dtype} mma), got {arch}")
         BM_, BN_, KC_, stages, wy, wx = self.shape(target, dtype)
         FK = mma_tf32.K if tf32 else FRAGMENT
-        warp = _warp(target)
+        warp = warp_size(target)
         rounded = ("a_tf32", "b_tf32") if tf32 else ()  # the definition's TF32 rounding stages
         acc = sch.get_sblock("acc")
         for name in rounded:  # TF32: rounded in the product (its fragments' loads round), A and B padded
