@@ -419,7 +419,7 @@ def test_the_launch_takes_the_slice_on_chip_where_that_grid_fits_else_global_w_h
     assert launch("xw", torch.empty(4 * 6336, 6336)) == "on chip"  # past 163 KB the slice is not on chip
     with pytest.raises(cuda.CoResidencyError, match=r"fg_x: .*320 blocks .* at most 264 \(132 SMs x 2 .* 81920 bytes"):
         cuda.persistent_choice(entry, ["fg_x"], 1280, (9, 0), 132)
-    with pytest.raises(cuda.CoResidencyError, match=r"H = 6400; fg_x: .*1600 blocks .* at most 1584.*; fg_x_g: .*1600"):
+    with pytest.raises(cuda.CoResidencyError, match=r"H = 6400: fg_x: .*1600 blocks .* at most 1584.* -- fg_x_g: .*1600"):
         launch("xw", torch.empty(4 * 6400, 6400))
 
 def test_the_committed_sources_define_the_grid_barrier_they_call():

@@ -469,7 +469,7 @@ def test_the_persistent_layer_launch_keeps_w_hh_on_chip_where_that_grid_fits(cud
         launch = buffers.kernel.__wrapped__(op_name, "cuda", "float32", **variant)  # not the process's cache
         for H, want in cases.items():
             if want is None:  # neither grid fits
-                with pytest.raises(cuda.CoResidencyError, match=f"H = {H}; {on}: .*cannot be resident.*; {off}: "):
+                with pytest.raises(cuda.CoResidencyError, match=f"H = {H}: {on}: .*cannot be resident.* -- {off}: "):
                     launch(None, torch.empty(0, H))
                 continue
             assert launch(None, torch.empty(0, H)) == want, (major, sms, H)
