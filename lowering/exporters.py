@@ -24,7 +24,7 @@ def shared_library(exe, info, lib: Path, workdir: Path, funcs, tgt) -> dict:
 def cuda_fatbin(exe, info, lib: Path, workdir: Path, funcs, tgt) -> dict:
     """The host library with nvcc's fatbin (a cubin per architecture + the newest PTX) where
     TVM's blob had the CUDA source; the source is kept beside it."""
-    bad = tvm_api.host_buffer_stores(funcs, tgt)
+    bad, dynamic = tvm_api.host_side(funcs, tgt)
     if bad:
         raise ValueError(f"{info.name}: the host code of {sorted(bad)} writes buffers {bad} "
                          "(device memory from the CPU); the schedule must put every store in a kernel")
@@ -34,7 +34,7 @@ def cuda_fatbin(exe, info, lib: Path, workdir: Path, funcs, tgt) -> dict:
     # the dynamic shared memory each kernel's launches ask for where it is a constant (the tensor-core
     # GEMM's pipeline stages): checked with ptxas' static bytes against every arch's opt-in maximum and
     # recorded; one sized by the call's shape (LayerNorm backward's partials) is the launch's to check
-    dynamic = {k: v for k, v in tvm_api.dynamic_shared_bytes(funcs, tgt).items() if isinstance(v, int)}
+    dynamic = {k: v for k, v in dynamic.items() if isinstance(v, int)}
     kernels = cuda.device_kernels(source, resources, archs, dynamic=dynamic)
 
     def write_imports(module, tmp):

@@ -298,9 +298,22 @@ def load_device_runtime(kind: str) -> None:
         raise OSError(f"{lib.name} loaded but registered no loader for {kind!r} modules")
 
 
-def _host_module(funcs: Mapping[str, object], tgt, finalized: bool = True):
-    """The host side of ``funcs`` after TVM's lowering splits host and device (one lowering for every
-    variant), its host passes run where ``finalized`` (kernel launches are packed calls then)."""
+DYNAMIC_SHARED = "tirx.use_dyn_shared_memory"  # the launch parameter TVM passes a kernel's shared.dyn bytes in
+
+
+def host_side(funcs: Mapping[str, object], tgt) -> tuple[dict[str, list[str]], dict[str, object]]:
+    """What the host code of ``funcs`` does besides launching, from one lowering of every variant
+    (TVM's split of host and device): (stores, dynamic).
+
+    ``stores``: {symbol: buffers the host side writes}.  For a device target every data write belongs
+    in a kernel; a host-side store (e.g. the padding fill TVM adds for a padded layout) would write
+    device memory from the CPU.
+
+    ``dynamic``: {kernel: the dynamic shared memory its launches ask for} of every kernel launched with
+    some: the launch's last argument (TVM's CUDA runtime sets the kernel's opt-in from it past 48 KiB),
+    an int where it is a constant, else the expression.
+    """
+    import tvm_ffi
     from tvm.tirx.build import split_host_device_mods
 
     settings, name = _lowering(funcs.values(), tgt)
@@ -309,41 +322,24 @@ def _host_module(funcs: Mapping[str, object], tgt, finalized: bool = True):
     mod = tvm.tirx.transform.BindTarget(tgt.with_host(tgt.host))(tvm.IRModule(dict(funcs)))
     with settings:
         host, _ = split_host_device_mods(pipeline(mod))
-    return finalize_host()(host) if finalized else host
+    dynamic = {}
 
-
-def host_buffer_stores(funcs: Mapping[str, object], tgt) -> dict[str, list[str]]:
-    """{symbol: buffers the host side writes} after TVM's lowering splits host and device.
-
-    For a device target every data write belongs in a kernel; a host-side store
-    (e.g. the padding fill TVM adds for a padded layout) would write device
-    memory from the CPU.
-    """
-    found = {}
-    for gv, func in _host_module(funcs, tgt).functions.items():
-        stores = tir_rewrite.stored_buffers(func)
-        if stores:
-            found[gv.name_hint] = sorted(set(stores))
-    return found
-
-
-DYNAMIC_SHARED = "tirx.use_dyn_shared_memory"  # the launch parameter TVM passes a kernel's shared.dyn bytes in
-
-
-def dynamic_shared_bytes(funcs: Mapping[str, object], tgt) -> dict[str, object]:
-    """{kernel: the dynamic shared memory its launches ask for} of every kernel ``funcs`` launches with
-    some: the host code's last launch argument (TVM's CUDA runtime sets the kernel's opt-in from it past
-    48 KiB), an int where it is a constant, else the expression."""
-    import tvm_ffi
-
-    found = {}
-
-    def launch(call):
+    def launch(call):  # before the host passes, which make launches packed calls
         attrs = getattr(call, "attrs", None)
         if call.op.name == "tirx.call_ffi_kernel" and DYNAMIC_SHARED in list(getattr(attrs, "launch_params", ())):
             size = call.args[-1]
-            found[str(call.args[0].value)] = int(size.value) if isinstance(size, tvm.tirx.IntImm) else size
+            dynamic[str(call.args[0].value)] = int(size.value) if isinstance(size, tvm.tirx.IntImm) else size
 
-    for func in _host_module(funcs, tgt, finalized=False).functions.values():
+    for func in host.functions.values():
         tvm_ffi.structural_walk(func, (tvm.ir.expr.Call, launch))
-    return found
+    stores = {}
+    for gv, func in finalize_host()(host).functions.items():
+        written = tir_rewrite.stored_buffers(func)
+        if written:
+            stores[gv.name_hint] = sorted(set(written))
+    return stores, dynamic
+
+
+def dynamic_shared_bytes(funcs: Mapping[str, object], tgt) -> dict[str, object]:
+    """``host_side``'s dynamic shared memory of each kernel ``funcs`` launches with some."""
+    return host_side(funcs, tgt)[1]

@@ -14,6 +14,10 @@ DTYPE = "float32"
 ACC = "float32"  # every arithmetic of the layer, whatever the storage dtype
 DTYPES = ("float32", "float16")  # the storage dtypes of the layer ops
 GATES = ("i", "f", "g", "o")  # the order of the four gate blocks of W and of the gates
+# the CUDA entry points reading W_hh from global memory (schedules/cuda/lstm_layer.py), which the full
+# LSTM launches where the grid with W_hh's slice on chip cannot be resident (OpDef.target_flags)
+W_HH_GLOBAL = "w_hh_global"
+TARGET_FLAGS = {W_HH_GLOBAL: ("cuda",)}
 # the layer ops' named shapes (tests, benchmarks, generate's check)
 SHAPES = {
     "T=1 B=1 H=1": {"T": 1, "B": 1, "H": 1},

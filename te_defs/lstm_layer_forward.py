@@ -147,8 +147,6 @@ OP = register(
         shapes=L.SHAPES,
         doc=__doc__,
         dtypes=L.DTYPES,
-        # the CUDA kernel reading W_hh from global memory (schedules/cuda/lstm_layer.py), which the
-        # full LSTM launches where the grid with W_hh's slice on chip cannot be resident
-        target_flags={"w_hh_global": ("cuda",)},
+        target_flags=L.TARGET_FLAGS,
     )
 )

@@ -20,7 +20,7 @@ import threading
 
 import numpy as np
 
-from .. import runtime
+from .. import runtime, te_defs
 from ..tensors import TORCH_DEVICES, alloc, torch_module
 from ..te_defs.matmul_packed import PANEL, ROW_BLOCK  # noqa: F401  (ROW_BLOCK: part of this module's API)
 
@@ -37,11 +37,9 @@ def kernel(op: str, target: str = "llvm", dtype: str = "float32", **variant: boo
     grid fits the device, else its ``w_hh_global`` one (``_co_resident``)."""
     art = runtime.artifact(op, dtype, target)
     if target == "cuda" and op in PERSISTENT:
-        return _co_resident(art.entry, [art.kernel(variant), art.kernel({**variant, W_HH_GLOBAL: True})])
+        (flag,) = te_defs.get(op).target_flags  # the entry point reading W_hh from global memory
+        return _co_resident(art.entry, [art.kernel(variant), art.kernel({**variant, flag: True})])
     return art.kernel(variant).func
-
-
-W_HH_GLOBAL = "w_hh_global"  # the layer kernels' CUDA entry point reading W_hh from global memory
 
 
 def _co_resident(entry, kernels):

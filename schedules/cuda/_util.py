@@ -30,15 +30,6 @@ def warp_size(target) -> int:
     return cuda_attr(target, "thread_warp_size")
 
 
-def optin_shared_bytes(target) -> int:
-    """The shared memory (static plus dynamic) a block may use with the opt-in on every architecture
-    the CUDA build compiles the source for (``targets.cuda.optin_shared_bytes``): what a kernel whose
-    tiles live in ``shared.dyn`` may size them to.  The same in host emulation."""
-    from ...targets.cuda import optin_shared_bytes as optin
-
-    return optin()
-
-
 def vector_bytes(target) -> int:
     """The widest global-memory access one thread makes in one instruction on the CUDA target: 16
     bytes (PTX ``ld.global.v4.b32`` / ``st.global.v4.b32``, LDG.128).  Newer PTX has 32-byte

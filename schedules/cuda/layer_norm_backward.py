@@ -33,7 +33,7 @@ column's partial still adds its block's rows in order, so the choice changes no 
 The tests are made on the host at each call (``tir_api.choose``); the row-block schedule splits the
 rows without a bounds test (the branch guarantees whole blocks), which is what lets its row sums
 synchronise threads: TVM cannot place a barrier under a per-row bounds test.  The shared-memory
-bound is the opt-in maximum a block (``_util.optin_shared_bytes``: the least over the architectures
+bound is the opt-in maximum a block (``targets.cuda.optin_shared_bytes``: the least over the architectures
 built, 163 KB for sm_80 and sm_90, so D up to 20608 in one pass) less the reductions' static buffers;
 the partial rows are dynamic shared memory sized from D at each launch, and TVM's CUDA runtime opts
 the kernel in (cuFuncSetAttribute) where a launch asks for more than 48 KiB.
@@ -45,7 +45,8 @@ against the per-row schedule, ROW_BLOCK 0).
 """
 from .. import ScheduleRule
 from ..row_blocks import partial_rows
-from ._util import bind, compute_lanes, on_gpu, optin_shared_bytes, vector_conditions
+from ._util import bind, compute_lanes, on_gpu, vector_conditions
+from ...targets.cuda import optin_shared_bytes
 from ...te_defs.layer_norm_backward import LANES
 
 SPLIT = 8  # threads per lane: one block of LANES x SPLIT threads per row
@@ -66,7 +67,7 @@ def max_row_block_d(target) -> int:
     LANES x SPLIT walks and each aligned to SHARED_ALIGN bytes, beside the row sums' reduction
     buffers, within one block's opt-in shared memory."""
     walk = LANES * SPLIT
-    free = optin_shared_bytes(target) - len(ROW_SUMS) * walk * ACC_BYTES - len(PARTIALS) * SHARED_ALIGN
+    free = optin_shared_bytes() - len(ROW_SUMS) * walk * ACC_BYTES - len(PARTIALS) * SHARED_ALIGN
     return free // (len(PARTIALS) * ACC_BYTES) // walk * walk
 
 

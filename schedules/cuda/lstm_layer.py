@@ -13,7 +13,7 @@ widened, each store rounded once), as the definitions say.
   once into shared memory, and its units' state (c in ``cy``; dh, dc in ``dh0``, ``dc0``) stays with it.
   The slice is the launch's dynamic shared memory (``shared.dyn``), 4·UNITS·H values in the storage
   dtype, which TVM's host code computes from H; where it is more than the opt-in shared memory a block
-  has on every architecture built (``_util.optin_shared_bytes``: 163 KB with sm_80 and sm_90, so
+  has on every architecture built (``targets.cuda.optin_shared_bytes``: 163 KB with sm_80 and sm_90, so
   float32 to H = 2608 at UNITS 4), the launch asks for one value and the same sums read W_hh from
   global memory instead.  Every block must be resident at once with that shared memory
   (``lowering.cuda.check_persistent_launch``, which the full LSTM calls before a launch).  The
@@ -59,7 +59,8 @@ from ...te_defs import _lstm_layer as L
 from ...te_defs import _tir
 from ...te_defs._tir import loop, store
 from .. import ScheduleRule, tir_api
-from ._util import cuda_attr, on_gpu, optin_shared_bytes, warp_size
+from ._util import cuda_attr, on_gpu, warp_size
+from ...targets.cuda import optin_shared_bytes
 
 G = len(L.GATES)
 C, TANHC = L.SCRATCH.index("c"), L.SCRATCH.index("tanhc")
@@ -183,9 +184,9 @@ class _Layer(ScheduleRule):
     def shared_capacity(self, target, dtype: str = L.DTYPE) -> int:
         """Values of W_hh's slice (in ``dtype``, the storage dtype it is kept in) a block may keep in
         shared memory: the opt-in shared memory a block has on every architecture built
-        (``_util.optin_shared_bytes``), all of it the launch's dynamic shared memory (the kernels
+        (``targets.cuda.optin_shared_bytes``), all of it the launch's dynamic shared memory (the kernels
         declare no static shared memory: ptxas counts none, which the nvcc test checks)."""
-        return optin_shared_bytes(target) // (DataType(dtype).bits // 8)
+        return optin_shared_bytes() // (DataType(dtype).bits // 8)
 
     def dynamic_shared(self, target, dtype: str, w_hh_global: bool = False) -> dict:
         """What a launch's dynamic shared memory is at hidden size H (``lowering.cuda.dynamic_shared_bytes``
@@ -204,7 +205,7 @@ class _Layer(ScheduleRule):
             return None
         (dtype,) = {str(p.dtype) for p in func.params if getattr(p, "name", None) == "w_hh"}
         variant = func.attrs["fusedgrad.variant"]
-        w_hh_global = "w_hh_global" in tir_api.schedule_flags(func)
+        w_hh_global = L.W_HH_GLOBAL in tir_api.schedule_flags(func)
         built = self.build(_variant(func), target, dtype, w_hh_global).with_attr("fusedgrad.variant", variant)
         built = built.with_attr(tir_api.WHOLE_ATTR, True)  # every buffer allocated at the size it is used
         # the loader's co-residency check finds the grid (ceil(H / units) blocks) and a launch's dynamic

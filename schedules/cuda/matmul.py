@@ -42,9 +42,10 @@ import itertools
 import re
 
 from .. import ScheduleRule, block_names, tir_api
-from ...targets.cuda import BANK_BYTES, REGISTERS_PER_BLOCK, REGISTERS_PER_THREAD, SHARED_BANKS, compute_capability
+from ...targets.cuda import (BANK_BYTES, REGISTERS_PER_BLOCK, REGISTERS_PER_THREAD, SHARED_BANKS, compute_capability,
+                             optin_shared_bytes)
 from . import mma_16bit, mma_tf32
-from ._util import bind, on_gpu, optin_shared_bytes, vector_conditions, vector_lanes, warp_size
+from ._util import bind, on_gpu, vector_conditions, vector_lanes, warp_size
 
 SM80_ONLY = ("bfloat16", "float32")  # bfloat16 mma and TF32 mma came with sm_80
 FRAGMENT = 16  # fragment rows and columns (m16 x n16: two n8 instructions)
@@ -99,7 +100,7 @@ class Matmul(ScheduleRule):
 
     def budget(self, target) -> int:
         """Shared bytes a block's tiles may take: the opt-in maximum (static + dynamic) of every arch built."""
-        return optin_shared_bytes(target)
+        return optin_shared_bytes()
 
     def apply(self, func, target):
         """16-byte cp.async copies where A's and B's rows and addresses allow them, else element copies
