@@ -91,7 +91,8 @@ def test_a_missing_toolchain_skips_or_fails_as_the_variable_says(tmp_path, requi
     bin_dir.mkdir()
     (bin_dir / "gcc").symlink_to(shutil.which("gcc") or "/bin/false")  # test_dsp.py needs a host gcc
     env = {**os.environ, "PATH": str(bin_dir), "FUSEDGRAD_CROSS_REQUIRED": required}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider",
+    # -n 0: three tests need no xdist workers (each would import the suite's modules again)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-rA", "-p", "no:cacheprovider",
                            DSP_HALF, NO_CANN, ACLNN_NAMES, "-k", "arm-none-eabi-gcc or cann"],
                           cwd=ROOT, capture_output=True, text=True, env=env)
     out = proc.stdout

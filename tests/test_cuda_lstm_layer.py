@@ -13,6 +13,8 @@ import shutil
 import numpy as np
 import pytest
 
+import build_cache
+
 from fusedgrad import api, runtime, schedules, targets, te_defs
 from fusedgrad.lowering import build, cuda, intrinsics, naming, tvm_api
 from fusedgrad.schedules import tir_api
@@ -278,14 +280,17 @@ def _at(expr, **sizes) -> int:
 @pytest.mark.parametrize("dtype", ("float32", "float16"))
 @pytest.mark.parametrize("op_name", OPS)
 def test_nvcc_builds_for_sm80_and_sm90_within_the_ptxas_limits(op_name, dtype, tmp_path):
-    """The generated source with the grid barrier in front, a cubin for sm_80 and sm_90 each, checked
-    against the limits (registers, spills, shared memory); each kernel calls the barrier and keeps its
-    W_hh slice in dynamic shared memory, no static shared memory (ptxas counts none), and the host's
-    launch asks for the dynamic bytes the manifest's record gives at every H, what co-residency counts
-    (the float16 slice on chip to twice the float32 one's H)."""
+    """The artifact's source (what nvcc compiled: the grid barrier in front), a cubin for sm_80 and sm_90
+    each, checked against the limits (registers, spills, shared memory); each kernel calls the barrier
+    and keeps its W_hh slice in dynamic shared memory, no static shared memory (ptxas counts none), and
+    the host's launch asks for the dynamic bytes the manifest's record gives at every H, what
+    co-residency counts (the float16 slice on chip to twice the float32 one's H).  The artifact comes
+    through the suite's build cache (test_cuda_target's artifacts are the same builds)."""
     funcs, tgt = build.schedule_variants(op_name, "cuda", dtype)
-    exe, launches = _launches(funcs, tgt)
-    source = cuda.with_grid_sync(tvm_api.device_source(exe, "cuda"))
+    _, launches = _launches(funcs, tgt)
+    entry = build_cache.artifact(op_name, "cuda", dtype, tmp_path)
+    assert entry["archs"] == ["sm_80", "sm_90"]
+    source = (tmp_path / entry["source"]).read_text()
     assert set(cuda.kernels_in_source(source)) == {f"{s}_kernel" for s in funcs}
     assert source.count(cuda.GRID_SYNC_NAME + "(") >= len(funcs) + 1  # its definition and a call a kernel
     ctype = {"float32": "float", "float16": "half"}[dtype]
@@ -293,8 +298,7 @@ def test_nvcc_builds_for_sm80_and_sm90_within_the_ptxas_limits(op_name, dtype, t
     assert len(on_chip) == len(funcs) // 2  # and as many w_hh_global entries, without shared memory
     assert source.count(f"extern __shared__ __align__(64) {ctype} w_shared_ptr[];") == len(on_chip)
     assert "atomic" not in source.split(cuda.GRID_SYNC_END)[1]  # only the barrier's counter is atomic
-    _, resources = cuda.compile_fatbin(source, ("sm_80", "sm_90"), tmp_path)
-    kernels = cuda.device_kernels(source, resources, ("sm_80", "sm_90"))
+    kernels = entry["device_kernels"]
     assert {k["name"] for k in kernels} == {f"{s}_kernel" for s in funcs}
     for k in kernels:
         for arch in ("sm_80", "sm_90"):

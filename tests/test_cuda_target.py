@@ -4,6 +4,7 @@ left serial).
 
 What needs a GPU (numerics on the device, speed) is benchmarks/gpu_check.py.
 """
+import functools
 import hashlib
 import json
 import os
@@ -54,15 +55,16 @@ def _emulated_library(op_name, dtype):
     return lib
 
 
+@functools.lru_cache(maxsize=None)
+def emulated_library(op_name, dtype):
+    """``_emulated_library`` of the package's rules as they are, built once a process (tests/test_vector_access.py
+    shares it); a test that changes a rule builds its own with ``_emulated_library``."""
+    return _emulated_library(op_name, dtype)
+
+
 @pytest.fixture(scope="module")
 def emulated():
-    cache = {}
-
-    def get(op_name, dtype):
-        if (op_name, dtype) not in cache:
-            cache[(op_name, dtype)] = _emulated_library(op_name, dtype)
-        return cache[(op_name, dtype)]
-    return get
+    return emulated_library
 
 
 def _call(lib, op_name, arrays, variant):
@@ -133,7 +135,7 @@ def test_layer_norm_schedule_is_chosen_per_call_by_the_shape(monkeypatch):
     funcs, _ = build.schedule_variants("layer_norm_backward", "cuda", "float32")
     text = tir_api.script(next(iter(funcs.values()))[0])
     assert f"M % {rb} == 0 and D <= {widest}" in text, "the branch condition is not the rule's"
-    both = _emulated_library("layer_norm_backward", "float32")
+    both = emulated_library("layer_norm_backward", "float32")
     monkeypatch.setattr(ln_rule, "ROW_BLOCK", 0)  # the per-row schedule alone
     per_row = _emulated_library("layer_norm_backward", "float32")
     monkeypatch.undo()

@@ -244,13 +244,7 @@ def cuda_loop_nests():
     the host (thread loops serial, nothing tensorized): what a GPU would run, minus the parallelism."""
     import test_cuda_target as CT
 
-    libs = {}
-
-    def get(op, dtype):
-        if (op, dtype) not in libs:
-            libs[(op, dtype)] = CT._emulated_library(op, dtype)
-        return libs[(op, dtype)]
-    return get
+    return CT.emulated_library
 
 
 def _on_cuda_loop_nests(cfg, dtype, cuda_loop_nests, monkeypatch, tf32=False):

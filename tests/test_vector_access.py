@@ -15,7 +15,7 @@ from fusedgrad.lowering import build, tvm_api
 from fusedgrad.schedules import tir_api
 from fusedgrad.schedules.cuda import _util
 
-from test_cuda_target import TOL, _call, _emulated_library
+from test_cuda_target import TOL, _call, emulated_library
 
 LANES = _util.compute_lanes(tvm_api.target(targets.get("cuda").tvm_target()))
 
@@ -150,7 +150,7 @@ def _same_bits_at_every_layout(op_name, dtype, dims, ulps=None):
     ``ulps`` {output: n}: within n units in the last place of the output's largest magnitude instead
     (see the LayerNorm test)."""
     op = te_defs.get(op_name)
-    lib = _emulated_library(op_name, dtype)
+    lib = emulated_library(op_name, dtype)
     specs = {s.name: s for s in op.inputs}
     for variant in op.variants:
         results = {}
