@@ -331,10 +331,26 @@ def _at(expr, **sizes) -> int:
     return int(value)
 
 
+@pytest.fixture
+def cached_nvcc(monkeypatch):
+    """``cuda.compile_fatbin``'s nvcc through the suite's build cache (tests/build_cache.py): an unchanged
+    source is a copy of its fatbin and ptxas report, not a 10 s compile."""
+    import subprocess
+    from types import SimpleNamespace
+
+    import build_cache
+
+    def run(cmd, **kwargs):
+        if "-fatbin" not in cmd:
+            return subprocess.run(cmd, **kwargs)
+        return build_cache.run(cmd, outputs=[cmd[cmd.index("-o") + 1]])
+    monkeypatch.setattr(cuda, "subprocess", SimpleNamespace(run=run))
+
+
 @needs_nvcc
 @pytest.mark.parametrize("dtype", ("float32", "float16", "bfloat16"))
 @pytest.mark.parametrize("op_name", OPS)
-def test_nvcc_builds_for_sm80_and_sm90_within_the_ptxas_limits(op_name, dtype, tmp_path):
+def test_nvcc_builds_for_sm80_and_sm90_within_the_ptxas_limits(op_name, dtype, tmp_path, cached_nvcc):
     """The generated source with the grid barrier in front, a cubin for sm_80 and sm_90 each, checked
     against the limits (registers, spills, shared memory); each kernel calls the barrier and keeps its
     W_hh slice in dynamic shared memory, no static shared memory (ptxas counts none), and the host's
