@@ -377,6 +377,9 @@ def test_nvcc_builds_for_sm80_and_sm90_within_the_ptxas_limits(op_name, dtype, t
     assert len(launches) == len(funcs)
     rule = lstm_layer.LstmLayerForward()
     record = rule.dynamic_shared(tgt, dtype)
+    for symbol, (f, _, _) in funcs.items():  # the manifest's record: the slice in ``dtype``'s bytes
+        assert build._launch_facts(f)["dynamic_shared"] == (
+            record if symbol in on_chip else rule.dynamic_shared(tgt, dtype, w_hh_global=True))
     size = record["else"]
     last = 2608 * 4 // size  # the last H on chip with sm_80 and sm_90 (163 KB)
     for call in launches:
