@@ -82,9 +82,6 @@ register(
         ops=("layer_norm_backward", "lstm_cell_backward", "matmul_packed", "pack_b", "pack_bt", "lstm_cell_forward",
              "lstm_step_backward", "column_sum", "matmul",
              "lstm_layer_forward", "lstm_layer_backward"),
-        # the persistent layer kernels (schedules/cuda/lstm_layer.py): the storage dtypes of their
-        # definitions (float32 arithmetic in both; no bfloat16 definition)
-        op_dtypes={"lstm_layer_forward": ("float32", "float16"), "lstm_layer_backward": ("float32", "float16")},
         runnable_here=False,
         archs=cuda_archs,
         description="NVIDIA GPUs: CUDA source compiled by nvcc to a fatbin (cubin per --arch + PTX), "

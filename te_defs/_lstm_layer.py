@@ -8,11 +8,11 @@ from __future__ import annotations
 import numpy as np
 from tvm import tirx
 
-from ._tir import store
+from ._tir import BFLOAT16_BITS, store, widen_bfloat16
 
 DTYPE = "float32"
 ACC = "float32"  # every arithmetic of the layer, whatever the storage dtype
-DTYPES = ("float32", "float16")  # the storage dtypes of the layer ops
+DTYPES = ("float32", "float16", "bfloat16")  # the storage dtypes of the layer ops
 GATES = ("i", "f", "g", "o")  # the order of the four gate blocks of W and of the gates
 # the CUDA entry points reading W_hh from global memory (schedules/cuda/lstm_layer.py), which the full
 # LSTM launches where the grid with W_hh's slice on chip cannot be resident (OpDef.target_flags)
@@ -32,8 +32,11 @@ def _c(v: float):
 
 
 def wide(v):
-    """``v`` in float32: a load of a half array widened (exact), a float32 value as it is (no cast
-    node, so the float32 loop nests are the same IR whatever the storage dtype code path)."""
+    """``v`` in float32: a load of a float16 or bfloat16 array widened (exact; bfloat16 by its bits,
+    ``_tir.widen_bfloat16``, also from a kernel's own buffer of its bits), a float32 value as it is
+    (no cast node, so the float32 loop nests are the same IR whatever the storage dtype code path)."""
+    if str(v.ty) in ("bfloat16", BFLOAT16_BITS):
+        return widen_bfloat16(v)
     return v if str(v.ty) == ACC else v.astype(ACC)
 
 

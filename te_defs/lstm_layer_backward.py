@@ -27,10 +27,10 @@ where c_prev is c of the row's previous step in the forward's order, or c0 where
 The kernel sees dgates as [T, B, 4, H], dgates_t as [4, H, T, B], w_hh as [4, H, H].  Written
 as TIR for the reason ``lstm_layer_forward`` gives.
 
-float32 and float16 storage, as ``lstm_layer_forward``: loads widened, the cell gradient and the
-sums in float32, each stored value rounded once (dgates, dgates_t, dh0, dc0).  The running state
-between steps is the stored one: dh, dc are read back from dh0, dc0, and dh sums the stored
-dgates, so in float16 the recurrence runs on half-rounded gradients (what a half backward with half
+float32, float16 and bfloat16 storage, as ``lstm_layer_forward``: loads widened, the cell gradient
+and the sums in float32, each stored value rounded once (dgates, dgates_t, dh0, dc0).  The running
+state between steps is the stored one: dh, dc are read back from dh0, dc0, and dh sums the stored
+dgates, so in 16 bits the recurrence runs on rounded gradients (what a half backward with half
 outputs computes).
 """
 from __future__ import annotations

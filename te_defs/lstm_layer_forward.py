@@ -21,12 +21,13 @@ where h_prev, c_prev are the row's state: h0, c0 before its first running step. 
 order a row starts at its own last time index, so sequences of every length start from h0.
 The kernel sees xw as [T, B, 4, H] and w_hh as [4, H, H].
 
-float32 and float16 storage (every array in the op's dtype; batch_sizes int32); the arithmetic is
-float32 in both: loads are widened, the gate sums, the cell and the state math run in float32,
-and each stored value is rounded once to the op's dtype (h_t, c_t, the activations, hy, cy).  The
-running state between steps is the stored one: a step reads h_prev, c_prev back from hy, cy, so in
-float16 the recurrence runs on the half-rounded state -- what a half LSTM with half outputs
-computes (the DSP schedule reads h_prev from h of the previous time index, the same half value).
+float32, float16 and bfloat16 storage (every array in the op's dtype; batch_sizes int32); the
+arithmetic is float32 in all: loads are widened, the gate sums, the cell and the state math run in
+float32, and each stored value is rounded once to the op's dtype (h_t, c_t, the activations, hy,
+cy; to nearest even, a NaN kept: bfloat16 on its bits, ``_tir``).  The running state between steps
+is the stored one: a step reads h_prev, c_prev back from hy, cy, so in 16 bits the recurrence runs
+on the rounded state -- what a half LSTM with half outputs computes (the DSP schedule reads h_prev
+from h of the previous time index, the same half value).
 
 Written as TIR (TVM's IR builder), not TE: TE cannot express a recurrence that TVM 0.27 lowers
 (``create_prim_func`` refuses ``te.scan``).  This definition is the plain loop nest; a target's

@@ -31,7 +31,7 @@ needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc (CUDA toolkit) is not
 MULTI_DTYPE = ("lstm_cell_backward", "layer_norm_backward")
 LSTM_KERNELS = ("matmul_packed", "pack_b", "pack_bt", "lstm_cell_forward", "lstm_step_backward", "column_sum")
 TENSOR_CORE = ("matmul",)  # float16 / bfloat16 inputs, and float32 ones as TF32 (tests/test_cuda_matmul.py)
-# the persistent layer kernels of the recurrence (float32 and float16; tests/test_cuda_lstm_layer.py)
+# the persistent layer kernels of the recurrence (float32, float16, bfloat16; tests/test_cuda_lstm_layer.py)
 LSTM_LAYER = ("lstm_layer_forward", "lstm_layer_backward")
 HAND = MULTI_DTYPE + LSTM_KERNELS + TENSOR_CORE + LSTM_LAYER
 TOL = {"float32": 2e-5, "float16": 2e-2, "bfloat16": 8e-2}
@@ -264,14 +264,14 @@ def test_emulated_step_backward_writes_dgates_t_into_a_wider_view(emulated):
 def test_cuda_target_serves_the_ops_the_cuda_api_runs():
     """The CUDA API runs the LSTM-cell and LayerNorm backward (every dtype) and the full LSTM's
     float32 kernels; each has a hand rule.  The LSTM's kernels exist in float32 only, its persistent
-    layer kernels also in float16 (their definitions' storage dtypes)."""
+    layer kernels also in float16 and bfloat16 (their definitions' storage dtypes)."""
     info = targets.get("cuda")
     assert set(info.ops) == set(HAND)
     assert {rule.op for rule in schedules.rules(info.schedules) if rule.op} == set(HAND)
     for op_name in LSTM_KERNELS:
         assert info.dtypes_for(op_name) == ("float32",)
     for op_name in LSTM_LAYER:
-        assert info.dtypes_for(op_name) == ("float32", "float16")
+        assert info.dtypes_for(op_name) == ("float32", "float16", "bfloat16")
     assert set(info.dtypes_for("matmul")) == {"float16", "bfloat16", "float32"}  # float32: TF32
     assert "matmul" not in targets.get("llvm").ops  # the CPU's GEMM is matmul_packed
     with pytest.raises(ValueError, match=r"\('matmul_packed', 'cuda', 'float16'\) is not supported"):

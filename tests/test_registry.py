@@ -51,17 +51,16 @@ def test_an_unknown_op_is_refused_where_the_target_serves_every_op():
         info.dtypes_for("layer_norm_backward")
 
 
-def test_the_layer_ops_are_half_on_the_dsp_and_cuda_only():
-    """The layer definitions serve float16; the CPU's layer rules are float32 only, so the llvm
-    target says so, while the DSP library builds hp_lstm / hp_lstmgrad and the CUDA rules take the
-    storage dtype (schedules/cuda/lstm_layer.py)."""
-    half = ("dsp", "cuda")
+def test_the_layer_ops_are_16bit_on_the_dsp_and_cuda_only():
+    """The layer definitions serve float16 and bfloat16; the CPU's layer rules are float32 only, so the
+    llvm target says so, while the DSP library builds hp_lstm / hp_lstmgrad (float16: its target has no
+    bfloat16) and the CUDA rules take either storage dtype (schedules/cuda/lstm_layer.py)."""
+    serves = {"llvm": ("float32",), "dsp": ("float32", "float16"), "cuda": ("float32", "float16", "bfloat16")}
     for op in LAYER:
-        assert te_defs.get(op).dtypes == ("float32", "float16")
-        assert targets.get("llvm").dtypes_for(op) == ("float32",)
-        for name in half:
-            assert targets.get(name).dtypes_for(op) == ("float32", "float16"), name
+        assert te_defs.get(op).dtypes == ("float32", "float16", "bfloat16")
         for name in targets.names():
             info = targets.get(name)
-            if name not in half and (info.ops is None or op in info.ops):
-                assert "float16" not in info.dtypes_for(op), name
+            if info.ops is None or op in info.ops:
+                assert info.dtypes_for(op) == serves.get(name, ("float32",)), name
+            else:
+                assert name not in serves, name

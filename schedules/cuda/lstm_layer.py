@@ -4,7 +4,7 @@
 time steps); these rules build each variant's GPU loop nest around the definitions' own expressions
 (``te_defs._lstm_layer``: the cell, its gradient, the order of every sum, the state a step starts
 from), as the CPU rule (``schedules/llvm/lstm_layer.py``) does for its thread team.  A kernel's
-tensors are in the call's storage dtype (float32 or float16), its arithmetic float32 (the loads
+tensors are in the call's storage dtype (float32, float16, bfloat16), its arithmetic float32 (the loads
 widened, each store rounded once), as the definitions say.
 
 - One launch runs every step.  The hidden units are cut into chunks of UNITS; block ``bx`` owns
