@@ -17,7 +17,22 @@ GATES = ("i", "f", "g", "o")  # the order of the four gate blocks of W and of th
 # the CUDA entry points reading W_hh from global memory (schedules/cuda/lstm_layer.py), which the full
 # LSTM launches where the grid with W_hh's slice on chip cannot be resident (OpDef.target_flags)
 W_HH_GLOBAL = "w_hh_global"
-TARGET_FLAGS = {W_HH_GLOBAL: ("cuda",)}
+# the CUDA entry points whose recurrent sums run on the tensor cores (mma.sync; the full LSTM launches
+# them where its GEMMs run there too, B >= 16 and the on-chip grid is resident): their sums are
+# TENSOR_CORE_SUMS, not the definitions' (the flags exclude each other: OpDef.target_flags)
+TENSOR_CORES = "tensor_cores"
+TARGET_FLAGS = {W_HH_GLOBAL: ("cuda",), TENSOR_CORES: ("cuda",)}
+TENSOR_CORE_SUMS = """With the schedule flag ``tensor_cores`` (CUDA only) the recurrent sums are those of the
+tensor cores' ``mma.sync`` (m16n8k8 TF32 for float32 storage, m16n8k16 for float16), not the order
+above.  The operands as the tensor cores take them: float32 storage rounds both (the running state and
+W_hh) to TF32 (``te_defs.matmul.tf32_expr``: to nearest, ties away from zero; NaN and infinity kept,
+so they propagate), float16 storage takes them exactly.  The products are exact in float32 and summed
+in float32 per k group of 8 (TF32) or 16 (float16) consecutive terms, each group's sum added to the
+running sum in increasing k (the order within a group is the hardware's; the host emulation adds in
+increasing k); the rows are padded to 16 and the terms past H with zeros.  The same bits every run
+and for any grid size (one warp runs a whole sum), but not the bits of the entry without the flag.
+The full LSTM runs its float32 layer kernels for 16-bit calls too (inputs widened): there the TF32
+rounding of W_hh (16-bit values) is exact, that of the float32 state is not."""
 # the layer ops' named shapes (tests, benchmarks, generate's check)
 SHAPES = {
     "T=1 B=1 H=1": {"T": 1, "B": 1, "H": 1},

@@ -32,6 +32,10 @@ sums in float32, each stored value rounded once (dgates, dgates_t, dh0, dc0).  T
 between steps is the stored one: dh, dc are read back from dh0, dc0, and dh sums the stored
 dgates, so in float16 the recurrence runs on half-rounded gradients (what a half backward with half
 outputs computes).
+
+Schedule flag ``tensor_cores`` (CUDA): each gate block's sum Σ_j dgates[b, k, j]·W_hh[k·H + j, :] as
+the tensor cores compute it (``_lstm_layer.TENSOR_CORE_SUMS``: the stored dgates and W_hh the
+operands), the blocks then added i, f, g, o as above.
 """
 from __future__ import annotations
 
@@ -160,7 +164,7 @@ OP = register(
         sample=sample,
         nbytes=nbytes,
         shapes=L.SHAPES,
-        doc=__doc__,
+        doc=__doc__ + "\n" + L.TENSOR_CORE_SUMS,
         dtypes=L.DTYPES,
         target_flags=L.TARGET_FLAGS,
     )

@@ -31,6 +31,9 @@ computes (the DSP schedule reads h_prev from h of the previous time index, the s
 Written as TIR (TVM's IR builder), not TE: TE cannot express a recurrence that TVM 0.27 lowers
 (``create_prim_func`` refuses ``te.scan``).  This definition is the plain loop nest; a target's
 schedule rule builds its own loop nest around the same expressions (``_lstm_layer``).
+
+Schedule flag ``tensor_cores`` (CUDA): the gate sums Σ_r h_prev[b, r]·W_hh[k·H + j, r] as the tensor
+cores compute them (``_lstm_layer.TENSOR_CORE_SUMS``: h_prev and W_hh the operands), the rest as above.
 """
 from __future__ import annotations
 
@@ -145,7 +148,7 @@ OP = register(
         sample=sample,
         nbytes=nbytes,
         shapes=L.SHAPES,
-        doc=__doc__,
+        doc=__doc__ + "\n" + L.TENSOR_CORE_SUMS,
         dtypes=L.DTYPES,
         target_flags=L.TARGET_FLAGS,
     )

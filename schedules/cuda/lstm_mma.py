@@ -1,0 +1,236 @@
+"""The recurrent sums of the CUDA layer kernels on the tensor cores (their ``tensor_cores`` entry points).
+
+One ``mma.sync`` multiplies a 16 x K tile of A by a K x 8 tile of B into 16 x 8 float32 accumulators
+(m16n8k8 TF32 from float32 storage, m16n8k16 from float16 storage; PTX ISA, "Matrix Fragments for
+mma.m16n8k8" / "mma.m16n8k16").  A sum over H runs as one warp's chain of them, k group after k group,
+so a sum never spans warps: the same bits for any grid, every run.  Where each operand element lives
+(lane, register) is PTX's layout, with g = lane / 4 (the group) and t = lane % 4:
+
+    A, TF32:     a0 (g, t)  a1 (g+8, t)  a2 (g, t+4)  a3 (g+8, t+4)
+    A, float16:  a0 a1 (g, 2t, 2t+1)  a2 a3 (g+8, ..)  a4 a5 (g, 2t+8, 2t+9)  a6 a7 (g+8, ..)
+    B, TF32:     b0 (t, g)  b1 (t+4, g)
+    B, float16:  b0 b1 (2t, 2t+1; g)  b2 b3 (2t+8, 2t+9; g)
+    C:           c0 (g, 2t)  c1 (g, 2t+1)  c2 (g+8, 2t)  c3 (g+8, 2t+1)
+
+The registers a lane holds are the tile's elements over the warp's lanes (``target``'s warp size).
+In host emulation (a CPU target) a lane's accumulators are computed by the model the definitions
+state (``te_defs._lstm_layer.TENSOR_CORE_SUMS``): per k group the float32 sum of the exact products in
+increasing k, added to the running sum; the GPU's order within a group is the hardware's.
+"""
+from __future__ import annotations
+
+import math
+
+from tvm import tirx
+from tvm.script.ir_builder import tirx as T
+
+from ...te_defs import _lstm_layer as L
+from ...te_defs import _tir
+from ...te_defs._tir import loop, store
+from ...te_defs.matmul import tf32_expr
+from ._util import warp_size
+
+M, N = 16, 8  # rows and columns of one mma.sync's tile
+K = {"float32": 8, "float16": 16}  # its k group by storage dtype
+PTX = {"float32": ("m16n8k8", "tf32"), "float16": ("m16n8k16", "fp16")}
+G = len(L.GATES)
+GROUP = 4  # lanes of a fragment row group (PTX's layouts: lane = GROUP g + t)
+HALF = M // 2  # A's and C's rows g and g + HALF; float16's k halves
+
+
+def a_element(dtype: str, lane, reg):
+    """(row, k) of A (M x K) in ``reg`` of ``lane``."""
+    g, t = lane // GROUP, lane % GROUP
+    if dtype == "float32":
+        return g + reg % 2 * HALF, t + reg // 2 * GROUP
+    return g + reg // 2 % 2 * HALF, 2 * t + reg % 2 + reg // 4 * HALF
+
+
+def b_element(dtype: str, lane, reg):
+    """(k, column) of B (K x N) in ``reg`` of ``lane``."""
+    g, t = lane // GROUP, lane % GROUP
+    if dtype == "float32":
+        return t + reg * GROUP, g
+    return 2 * t + reg % 2 + reg // 2 * HALF, g
+
+
+def c_element(lane, reg):
+    """(row, column) of C (M x N) in ``reg`` of ``lane``."""
+    g, t = lane // GROUP, lane % GROUP
+    return g + reg // 2 * HALF, 2 * t + reg % 2
+
+
+def registers(target, dtype: str) -> tuple[int, int, int]:
+    """Elements of A, B and C a lane holds: each tile spread over the warp's lanes."""
+    warp = warp_size(target)
+    return M * K[dtype] // warp, K[dtype] * N // warp, M * N // warp
+
+
+def operand(dtype: str, value):
+    """A stored value as the tensor cores take it: float32 rounded to TF32 (the instruction itself
+    would drop the low bits), float16 as it is."""
+    return tf32_expr(value) if dtype == "float32" else value
+
+
+def product(grid, target, dtype: str, tx, tiles: int, extent, a, b, put) -> None:
+    """The ``tiles`` tile products of a pass (tile i's A[16, extent] · B[extent, 8]), warp w taking
+    tiles w, w + warps, ... in turn, each over the k groups in increasing k.  ``a(i, row, k)`` and
+    ``b(i, k, column)`` give the stored values in ``dtype`` (k < extent: past it the terms are zeros),
+    which go in as ``operand``; ``put(i, row, column, value)`` stores an accumulator."""
+    warp = warp_size(target)
+    warps = grid.threads // warp
+    group = K[dtype]
+    regs_a, regs_b, regs_c = registers(target, dtype)
+    lane, first = tx % warp, tx // warp
+    zero = tirx.const(0, dtype)
+
+    def padded(value, k):
+        return tirx.if_then_else(k < extent, value(tirx.min(k, extent - 1)), zero)
+
+    for turn in range((tiles + warps - 1) // warps):
+        i = first + turn * warps
+        with _tir.when(i < tiles):  # the same for every lane of the warp
+            if not grid.gpu:
+                _emulate(grid, dtype, i, lane, regs_c, extent, group, padded, a, b, put)
+                continue
+            acc = _tir.local("acc", (regs_c,), L.ACC, scope="local")
+            fa = _tir.local("frag_a", (regs_a,), dtype, scope="local")
+            fb = _tir.local("frag_b", (regs_b,), dtype, scope="local")
+            for r in range(regs_c):
+                store(acc, (r,), T.float32(0))
+            with loop("kg", (extent + group - 1) // group) as kg:
+                for r in range(regs_a):
+                    row, k = a_element(dtype, lane, r)
+                    store(fa, (r,), padded(lambda kk: a(i, row, kk), kg * group + k))
+                    store(fa, (r,), operand(dtype, fa[r]))
+                for r in range(regs_b):
+                    k, col = b_element(dtype, lane, r)
+                    store(fb, (r,), padded(lambda kk: b(i, kk, col), kg * group + k))
+                    store(fb, (r,), operand(dtype, fb[r]))
+                shape, kind = PTX[dtype]
+                T.evaluate(T.ptx_legacy.mma(shape, "row", "col", kind, kind, "fp32", fa.data, 0, fb.data, 0,
+                                            acc.data, 0, False, dtype=L.ACC))
+            for r in range(regs_c):
+                row, col = c_element(lane, r)
+                put(i, row, col, acc[r])
+
+
+def _emulate(grid, dtype, i, lane, regs_c, extent, group, padded, a, b, put) -> None:
+    """A lane's accumulators of tile ``i`` on the host, in the order the definitions state."""
+    for r in range(regs_c):
+        row, col = c_element(lane, r)
+        acc = grid.scratch("acc", (2,))  # the running sum, the k group's
+        xy = grid.scratch("xy", (2,), dtype)
+        store(acc, (0,), T.float32(0))
+        with loop("kg", (extent + group - 1) // group) as kg:
+            store(acc, (1,), T.float32(0))
+            for k in range(group):
+                store(xy, (0,), padded(lambda kk: a(i, row, kk), kg * group + k))
+                store(xy, (1,), padded(lambda kk: b(i, kk, col), kg * group + k))
+                store(acc, (1,), acc[1] + L.wide(operand(dtype, xy[0])) * L.wide(operand(dtype, xy[1])))
+            store(acc, (0,), acc[0] + acc[1])
+        put(i, row, col, acc[0])
+
+
+def block_tile(grid, name, shape, dtype=L.ACC):
+    """A block's float32 tile of ``shape`` (static shared memory on the GPU, a row per block on the
+    host): ``at(bx, *index)`` its element."""
+    size = math.prod(shape)
+    tile = _tir.local(name, (size,) if grid.gpu else (grid.blocks * size,), dtype,
+                      scope="shared" if grid.gpu else "global")
+
+    def at(bx, *index):
+        flat = 0
+        for extent, i in zip(shape, index):
+            flat = flat * extent + i
+        return tile, (flat if grid.gpu else bx * size + flat,)
+    return at
+
+
+def forward_passes(layer, ctx, target, tile) -> None:
+    """A step's sums on the tensor cores, pass after pass of ``tile_shape``'s rows: each warp's
+    tiles into the block's shared ``tile``, a block barrier, the cell of the pass's rows from it,
+    a block barrier (the next pass writes the tile again)."""
+    a, U, H, B, n, grid, dtype = (ctx[k] for k in ("a", "U", "H", "B", "n", "grid", "dtype"))
+    tiles, rows, _ = layer.tile_shape(target)
+    per_row_tile = G * U // N
+    with loop("pass", (n + rows - 1) // rows) as ps:
+        def sums(bx, tx):
+            def row_of(i, row):
+                return ps * rows + i // per_row_tile * M + row
+
+            def a_value(i, row, r):
+                b = row_of(i, row)
+                held = layer._h_prev(ctx, tirx.min(b, B - 1), r)
+                return tirx.if_then_else(b < n, held, tirx.const(0, dtype))
+
+            def column(i, col):  # (gate, unit) of a tile's column: the slice's gate-major order
+                c = i % per_row_tile * N + col
+                return c // U, c % U
+
+            def put(i, row, col, value):
+                store(*tile(bx, i // per_row_tile * M + row, i % per_row_tile * N + col), value)
+
+            def run(weight):
+                product(grid, target, dtype, tx, tiles, H, a_value, lambda i, r, col: weight(*column(i, col), r), put)
+            layer._sums(ctx["w_slice"], lambda wsh, index: run(lambda k, u, r: wsh[index(bx, k, u, r)]),
+                        lambda: run(lambda k, u, r: a["w_hh"][k, tirx.min(bx * U + u, H - 1), r]))
+
+        def cell(bx, tx):
+            u, br = tx % U, tx // U
+            j = bx * U + u
+            with _tir.when(j < H):
+                with layer._rows(tirx.min(n - ps * rows, rows), br, ctx["slots"]) as q:
+                    lb = br + q * ctx["slots"]
+                    layer._cell(ctx, ps * rows + lb, j, lambda k: _load(tile(bx, lb, k * U + u)))
+
+        grid.phase(sums)
+        grid.block_sync()
+        grid.phase(cell)
+        grid.block_sync()
+
+
+def backward_passes(layer, ctx, target, tile) -> None:
+    """Phase B on the tensor cores, pass after pass of ``tile_shape``'s rows: each gate block's
+    dgates[rows, k, :] · W_hh[k, :, the block's units] into the block's shared ``tile``, a block
+    barrier, each owned (row, unit)'s blocks added i, f, g, o into dh0, a block barrier."""
+    a, U, H, B, n, tt, grid, dtype = (ctx[k] for k in ("a", "U", "H", "B", "n", "tt", "grid", "dtype"))
+    tiles, rows, (_, _, width) = layer.tile_shape(target)
+    per_gate = width // N
+    with loop("pass", (n + rows - 1) // rows) as ps:
+        def sums(bx, tx):
+            def where(i):  # (row tile, gate, column tile) of tile i
+                return i // (G * per_gate), i // per_gate % G, i % per_gate
+
+            def a_value(i, row, j):
+                b = ps * rows + where(i)[0] * M + row
+                held = a["dgates"][tt, tirx.min(b, B - 1), where(i)[1], j]
+                return tirx.if_then_else(b < n, held, tirx.const(0, dtype))
+
+            def put(i, row, col, value):
+                mt, k, ct = where(i)
+                store(*tile(bx, k, mt * M + row, ct * N + col), value)
+
+            def run(weight):  # the columns past the block's units are not read: their unit clamped
+                product(grid, target, dtype, tx, tiles, H, a_value, lambda i, j, col: weight(
+                    where(i)[1], tirx.min(where(i)[2] * N + col, U - 1), j), put)
+            layer._sums(ctx["w_slice"], lambda wsh, index: run(lambda k, u, j: wsh[index(bx, k, u, j)]),
+                        lambda: run(lambda k, u, j: a["w_hh"][k, j, tirx.min(bx * U + u, H - 1)]))
+
+        def add(bx, tx):
+            u, br = tx % U, tx // U
+            with _tir.when(bx * U + u < H):
+                with layer._rows(tirx.min(n - ps * rows, rows), br, ctx["slots"]) as q:
+                    lb = br + q * ctx["slots"]
+                    part = [_load(tile(bx, k, lb, u)) for k in range(G)]
+                    store(a["dh0"], (ps * rows + lb, bx * U + u), ((part[0] + part[1]) + part[2]) + part[3])
+
+        grid.phase(sums)
+        grid.block_sync()
+        grid.phase(add)
+        grid.block_sync()
+
+
+def _load(at):
+    buffer, index = at
+    return buffer[index]
