@@ -22,6 +22,7 @@ W_HH_GLOBAL = "w_hh_global"
 # TENSOR_CORE_SUMS, not the definitions' (the flags exclude each other: OpDef.target_flags)
 TENSOR_CORES = "tensor_cores"
 TARGET_FLAGS = {W_HH_GLOBAL: ("cuda",), TENSOR_CORES: ("cuda",)}
+TENSOR_CORE_MIN_BATCH = 16  # an mma tile's rows: the least batch the full LSTM takes those entries at
 TENSOR_CORE_SUMS = """With the schedule flag ``tensor_cores`` (CUDA only) the recurrent sums are those of the
 tensor cores' ``mma.sync`` (m16n8k8 TF32 for float32 storage, m16n8k16 for float16), not the order
 above.  The operands as the tensor cores take them: float32 storage rounds both (the running state and
@@ -143,9 +144,27 @@ def _sig(v):
     return 1.0 / (1.0 + np.exp(-v))
 
 
-def forward_reference(xw, w_hh, h0, c0, batch_sizes, reverse: bool):
+def _as_given(v):
+    return v
+
+
+def tensor_core_operand(v):
+    """``v`` as the ``tensor_cores`` entries' products take it (``TENSOR_CORE_SUMS``), in float64: its
+    float32 value rounded to TF32 (exact for float16 values)."""
+    from .matmul import tf32
+
+    return tf32(v).astype(np.float64)
+
+
+def operand_for(tensor_cores: bool):
+    """What a reference's recurrent product takes of its operands with the schedule flag or without."""
+    return tensor_core_operand if tensor_cores else _as_given
+
+
+def forward_reference(xw, w_hh, h0, c0, batch_sizes, reverse: bool, operand=_as_given):
     """The layer forward in float64: {h, c, i, f, g, o, tanhc: [T, B, H], hy, cy: [B, H]}; rows past
-    a step's batch size are zero there and keep their state."""
+    a step's batch size are zero there and keep their state.  ``operand``: what the recurrent product
+    takes of h_prev and W_hh (e.g. their TF32 rounding, ``TENSOR_CORE_SUMS``)."""
     T, B, H4 = xw.shape
     H = H4 // 4
     out = {k: np.zeros((T, B, H)) for k in ("h", "c") + GATES + ("tanhc",)}
@@ -153,7 +172,7 @@ def forward_reference(xw, w_hh, h0, c0, batch_sizes, reverse: bool):
     for t in range(T):
         tt = step_index(t, T, reverse)
         n = int(batch_sizes[tt])
-        pre = xw[tt, :n] + h[:n] @ w_hh.T
+        pre = xw[tt, :n] + operand(h[:n]) @ operand(w_hh).T
         i, f, g, o = _sig(pre[:, :H]), _sig(pre[:, H:2 * H]), np.tanh(pre[:, 2 * H:3 * H]), _sig(pre[:, 3 * H:])
         c[:n] = f * c[:n] + i * g
         tc = np.tanh(c[:n])
@@ -164,9 +183,11 @@ def forward_reference(xw, w_hh, h0, c0, batch_sizes, reverse: bool):
     return out
 
 
-def backward_reference(dy, w_hh, c, c0, i, f, g, o, tanhc, grad_hy, grad_cy, batch_sizes, reverse: bool):
+def backward_reference(dy, w_hh, c, c0, i, f, g, o, tanhc, grad_hy, grad_cy, batch_sizes, reverse: bool,
+                       operand=_as_given):
     """The layer backward through time in float64: {dgates [T, B, 4H], dgates_t [4H, T, B],
-    dh0, dc0 [B, H]} (dh0, dc0: the gradients w.r.t. each row's initial state)."""
+    dh0, dc0 [B, H]} (dh0, dc0: the gradients w.r.t. each row's initial state); ``operand`` as
+    ``forward_reference``'s, of dgates and W_hh."""
     T, B, H = dy.shape
     dgates = np.zeros((T, B, 4 * H))
     dh, dc = np.array(grad_hy, dtype=np.float64), np.array(grad_cy, dtype=np.float64)
@@ -185,7 +206,7 @@ def backward_reference(dy, w_hh, c, c0, i, f, g, o, tanhc, grad_hy, grad_cy, bat
                             dh_t * tanhc[tt, :n] * oo * (1 - oo)], axis=1)
         dgates[tt, :n] = d
         dc[:n] = dc_t * ff
-        dh[:n] = d @ w_hh
+        dh[:n] = operand(d) @ operand(w_hh)
     return {"dgates": dgates, "dgates_t": dgates.transpose(2, 0, 1).copy(), "dh0": dh, "dc0": dc}
 
 

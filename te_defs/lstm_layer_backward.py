@@ -113,8 +113,10 @@ def compute(dtype: str, reverse: bool):
     return ib.get()
 
 
-def reference(dy, w_hh, c, c0, i, f, g, o, tanhc, grad_hy, grad_cy, batch_sizes, reverse=False, **_):
-    return L.backward_reference(dy, w_hh, c, c0, i, f, g, o, tanhc, grad_hy, grad_cy, batch_sizes, reverse)
+def reference(dy, w_hh, c, c0, i, f, g, o, tanhc, grad_hy, grad_cy, batch_sizes, reverse=False, tensor_cores=False,
+              **_):
+    return L.backward_reference(dy, w_hh, c, c0, i, f, g, o, tanhc, grad_hy, grad_cy, batch_sizes, reverse,
+                                L.operand_for(tensor_cores))
 
 
 def sample(dims, rng):

@@ -103,8 +103,8 @@ def _cell_or_zero(a, gates, tt, b, j, running, train: bool) -> None:
                 store(a[name], (tt, b, j), T.float32(0))
 
 
-def reference(xw, w_hh, h0, c0, batch_sizes, train=True, reverse=False, **_):
-    out = L.forward_reference(xw, w_hh, h0, c0, batch_sizes, reverse)
+def reference(xw, w_hh, h0, c0, batch_sizes, train=True, reverse=False, tensor_cores=False, **_):
+    out = L.forward_reference(xw, w_hh, h0, c0, batch_sizes, reverse, L.operand_for(tensor_cores))
     if not train:
         out = {k: out[k] for k in ("h", "hy", "cy")}
     return out

@@ -81,9 +81,9 @@ class _Grid:
     blocks and threads.  ``grid_sync()`` is the barrier between phases: a call on the GPU, nothing
     on the host (the phase's loops have finished)."""
 
-    def __init__(self, target, blocks, threads):
+    def __init__(self, target, blocks, threads, min_blocks=None):
         self.gpu = on_gpu(target)
-        self.blocks, self.threads = blocks, threads
+        self.blocks, self.threads, self.min_blocks = blocks, threads, min_blocks
         self.bx = self.tx = None
 
     @contextlib.contextmanager
@@ -94,7 +94,12 @@ class _Grid:
         with T.launch_thread("blockIdx.x", self.blocks) as bx:
             with T.launch_thread("threadIdx.x", self.threads) as tx:
                 self.bx, self.tx = bx, tx
-                yield
+                if self.min_blocks is None:
+                    yield
+                    return
+                # __launch_bounds__(threads, min_blocks): how ptxas weighs registers against occupancy
+                with T.attr(0, "tirx.launch_bounds_min_blocks_per_sm", self.min_blocks):
+                    yield
 
     def phase(self, body) -> None:
         if self.gpu:
@@ -274,9 +279,9 @@ class _Layer(ScheduleRule):
                     flat = e * threads + tx
                     u, k, x = flat % U, flat // U % G, flat // (U * G)
                     j = bx * U + u
-                    with _tir.when(flat < values):
-                        store(wsh, (index(bx, k, u, x),),
-                              tirx.if_then_else(j < H, weight(k, tirx.min(j, H - 1), x), tirx.const(0, dtype)))
+                    with _tir.when(flat < values):  # the tensor cores' entry keeps W_hh as they take it
+                        value = tirx.if_then_else(j < H, weight(k, tirx.min(j, H - 1), x), tirx.const(0, dtype))
+                        store(wsh, (index(bx, k, u, x),), lstm_mma.operand(dtype, value, grid.gpu) if tensor_cores else value)
 
         grid.phase(copy)
         grid.block_sync()
@@ -321,7 +326,7 @@ class LstmLayerForward(_Layer):
                 a = _tir.params(op, variant, dtype, sz)
                 Tn, B, H = sz["T"], sz["B"], sz["H"]
                 nch = (H + U - 1) // U
-                grid = _Grid(target, nch, threads)
+                grid = _Grid(target, nch, threads, lstm_mma.MIN_BLOCKS if tensor_cores else None)
                 with grid.launch():
                     w_slice = self._slice(grid, target, H, nch, U, lambda k, j, r: a["w_hh"][k, j, r], dtype,
                                           w_hh_global, tensor_cores)
@@ -425,7 +430,7 @@ class LstmLayerBackward(_Layer):
                 a = _tir.params(op, variant, dtype, sz)
                 Tn, B, H = sz["T"], sz["B"], sz["H"]
                 nch = (H + U - 1) // U
-                grid = _Grid(target, nch, threads)
+                grid = _Grid(target, nch, threads, lstm_mma.MIN_BLOCKS if tensor_cores else None)
                 with grid.launch():
                     # the block's columns of W_hh: the slice holds W_hh[k, x, r] for its units r, rows x
                     w_slice = self._slice(grid, target, H, nch, U, lambda k, r, x: a["w_hh"][k, x, r], dtype,

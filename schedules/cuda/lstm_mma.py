@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import math
 
-from tvm import tirx
+from tvm import DataType, tirx
 from tvm.script.ir_builder import tirx as T
 
 from ...te_defs import _lstm_layer as L
 from ...te_defs import _tir
 from ...te_defs._tir import loop, store
-from ...te_defs.matmul import tf32_expr
+from ...te_defs import matmul
 from ._util import warp_size
 
 M, N = 16, 8  # rows and columns of one mma.sync's tile
@@ -36,6 +36,11 @@ PTX = {"float32": ("m16n8k8", "tf32"), "float16": ("m16n8k16", "fp16")}
 G = len(L.GATES)
 GROUP = 4  # lanes of a fragment row group (PTX's layouts: lane = GROUP g + t)
 HALF = M // 2  # A's and C's rows g and g + HALF; float16's k halves
+WORD_BITS = 32  # an operand register of the instruction
+# the blocks a SM must hold, ptxas told (__launch_bounds__): without it ptxas kept these kernels at 32
+# registers a thread and spilled (the float32 forward, on sm_80 or sm_90 as the code around changed);
+# one asks nothing of occupancy that the co-residency check does not (lowering.cuda.persistent_grid)
+MIN_BLOCKS = 1
 
 
 def a_element(dtype: str, lane, reg):
@@ -66,17 +71,36 @@ def registers(target, dtype: str) -> tuple[int, int, int]:
     return M * K[dtype] // warp, K[dtype] * N // warp, M * N // warp
 
 
-def operand(dtype: str, value):
-    """A stored value as the tensor cores take it: float32 rounded to TF32 (the instruction itself
-    would drop the low bits), float16 as it is."""
-    return tf32_expr(value) if dtype == "float32" else value
+def tf32_word(bits):
+    """``te_defs.matmul.tf32_expr``'s rounding on a float32's bits (uint32) as integer arithmetic: a
+    NaN (bits above infinity's, sign aside) gets the quiet bit and no rounding increment, any other
+    value half a TF32 unit (infinity stays), then the low 13 bits go: a few integer instructions a
+    value, no branches, in the loop over k.  The same bits as ``tf32_expr`` for all 2^32 patterns
+    (checked against ``matmul.tf32`` in numpy, 190 s: tests check the special values)."""
+    def u(v):
+        return tirx.const(v, "uint32")
+    nan = ((bits & u(0x7FFFFFFF)) > u(matmul.EXPONENT)).astype("uint32")
+    return ((bits | nan * u(matmul.QUIET)) + (u(1) - nan) * u(matmul.TF32_HALF)) & u(0xFFFFFFFF ^ matmul.TF32_DROPPED)
 
 
-def product(grid, target, dtype: str, tx, tiles: int, extent, a, b, put) -> None:
+def operand(dtype: str, value, gpu: bool = False):
+    """A stored value as the tensor cores take it: float32 rounded to TF32 (``tf32_word``; the
+    instruction itself would drop the low bits), float16 as it is.  On the GPU the bits are moved with
+    CUDA's __float_as_uint / __uint_as_float (registers, not a variable's address cast)."""
+    if dtype != "float32":
+        return value
+    if gpu:
+        word = tf32_word(T.call_pure_extern("uint32", "__float_as_uint", value))
+        return T.call_pure_extern(dtype, "__uint_as_float", word)
+    return tirx.reinterpret(dtype, tf32_word(tirx.reinterpret("uint32", value)))
+
+
+def product(grid, target, dtype: str, tx, tiles: int, extent, a, b, put, b_taken: bool = False) -> None:
     """The ``tiles`` tile products of a pass (tile i's A[16, extent] · B[extent, 8]), warp w taking
     tiles w, w + warps, ... in turn, each over the k groups in increasing k.  ``a(i, row, k)`` and
     ``b(i, k, column)`` give the stored values in ``dtype`` (k < extent: past it the terms are zeros),
-    which go in as ``operand``; ``put(i, row, column, value)`` stores an accumulator."""
+    which go in as ``operand`` (``b_taken``: b's are that already: W_hh's slice holds it rounded);
+    ``put(i, row, column, value)`` stores an accumulator."""
     warp = warp_size(target)
     warps = grid.threads // warp
     group = K[dtype]
@@ -94,19 +118,14 @@ def product(grid, target, dtype: str, tx, tiles: int, extent, a, b, put) -> None
                 _emulate(grid, dtype, i, lane, regs_c, extent, group, padded, a, b, put)
                 continue
             acc = _tir.local("acc", (regs_c,), L.ACC, scope="local")
-            fa = _tir.local("frag_a", (regs_a,), dtype, scope="local")
-            fb = _tir.local("frag_b", (regs_b,), dtype, scope="local")
             for r in range(regs_c):
                 store(acc, (r,), T.float32(0))
             with loop("kg", (extent + group - 1) // group) as kg:
-                for r in range(regs_a):
-                    row, k = a_element(dtype, lane, r)
-                    store(fa, (r,), padded(lambda kk: a(i, row, kk), kg * group + k))
-                    store(fa, (r,), operand(dtype, fa[r]))
-                for r in range(regs_b):
-                    k, col = b_element(dtype, lane, r)
-                    store(fb, (r,), padded(lambda kk: b(i, kk, col), kg * group + k))
-                    store(fb, (r,), operand(dtype, fb[r]))
+                fa = _fragment("frag_a", dtype, regs_a, lambda r: padded(
+                    lambda kk: a(i, a_element(dtype, lane, r)[0], kk), kg * group + a_element(dtype, lane, r)[1]))
+                fb = _fragment("frag_b", dtype, regs_b, lambda r: padded(
+                    lambda kk: b(i, kk, b_element(dtype, lane, r)[1]), kg * group + b_element(dtype, lane, r)[0]),
+                    taken=b_taken)
                 shape, kind = PTX[dtype]
                 T.evaluate(T.ptx_legacy.mma(shape, "row", "col", kind, kind, "fp32", fa.data, 0, fb.data, 0,
                                             acc.data, 0, False, dtype=L.ACC))
@@ -115,16 +134,37 @@ def product(grid, target, dtype: str, tx, tiles: int, extent, a, b, put) -> None
                 put(i, row, col, acc[r])
 
 
+def _fragment(name, dtype, elements, value, taken: bool = False):
+    """A lane's operand registers: ``elements`` values (``value(element)``, stored ones, ``operand``s
+    where ``taken``) as the 32-bit words the instruction takes (a TF32 value a word, two float16 a
+    word, the lower first): the instruction's operands as they are, not ``dtype`` arrays read through a
+    pointer cast."""
+    per_word = WORD_BITS // DataType(dtype).bits
+    words = _tir.local(name, (elements // per_word,), "uint32", scope="local")
+    for w in range(elements // per_word):
+        if dtype == "float32" and taken:
+            store(words, (w,), T.call_pure_extern("uint32", "__float_as_uint", value(w)))
+            continue
+        if dtype == "float32":  # its bits bound once: the rounding names them twice
+            bits = _tir.let("stored", T.call_pure_extern("uint32", "__float_as_uint", value(w)))
+            store(words, (w,), tf32_word(bits))
+            continue
+        halves = [tirx.reinterpret("uint16", value(w * per_word + e)).astype("uint32") for e in range(per_word)]
+        store(words, (w,), halves[0] | (halves[1] << tirx.const(DataType(dtype).bits, "uint32")))
+    return words
+
+
 def _emulate(grid, dtype, i, lane, regs_c, extent, group, padded, a, b, put) -> None:
-    """A lane's accumulators of tile ``i`` on the host, in the order the definitions state."""
-    for r in range(regs_c):
+    """A lane's accumulators of tile ``i`` on the host, in the order the definitions state (loops, not
+    unrolled as the GPU's registers are: the host build stays small)."""
+    with loop("reg", regs_c) as r:
         row, col = c_element(lane, r)
         acc = grid.scratch("acc", (2,))  # the running sum, the k group's
         xy = grid.scratch("xy", (2,), dtype)
         store(acc, (0,), T.float32(0))
         with loop("kg", (extent + group - 1) // group) as kg:
             store(acc, (1,), T.float32(0))
-            for k in range(group):
+            with loop("k", group) as k:
                 store(xy, (0,), padded(lambda kk: a(i, row, kk), kg * group + k))
                 store(xy, (1,), padded(lambda kk: b(i, kk, col), kg * group + k))
                 store(acc, (1,), acc[1] + L.wide(operand(dtype, xy[0])) * L.wide(operand(dtype, xy[1])))
@@ -171,9 +211,10 @@ def forward_passes(layer, ctx, target, tile) -> None:
             def put(i, row, col, value):
                 store(*tile(bx, i // per_row_tile * M + row, i % per_row_tile * N + col), value)
 
-            def run(weight):
-                product(grid, target, dtype, tx, tiles, H, a_value, lambda i, r, col: weight(*column(i, col), r), put)
-            layer._sums(ctx["w_slice"], lambda wsh, index: run(lambda k, u, r: wsh[index(bx, k, u, r)]),
+            def run(weight, on_chip=False):
+                product(grid, target, dtype, tx, tiles, H, a_value, lambda i, r, col: weight(*column(i, col), r), put,
+                        on_chip)
+            layer._sums(ctx["w_slice"], lambda wsh, index: run(lambda k, u, r: wsh[index(bx, k, u, r)], True),
                         lambda: run(lambda k, u, r: a["w_hh"][k, tirx.min(bx * U + u, H - 1), r]))
 
         def cell(bx, tx):
@@ -211,10 +252,10 @@ def backward_passes(layer, ctx, target, tile) -> None:
                 mt, k, ct = where(i)
                 store(*tile(bx, k, mt * M + row, ct * N + col), value)
 
-            def run(weight):  # the columns past the block's units are not read: their unit clamped
+            def run(weight, on_chip=False):  # the columns past the block's units are not read: unit clamped
                 product(grid, target, dtype, tx, tiles, H, a_value, lambda i, j, col: weight(
-                    where(i)[1], tirx.min(where(i)[2] * N + col, U - 1), j), put)
-            layer._sums(ctx["w_slice"], lambda wsh, index: run(lambda k, u, j: wsh[index(bx, k, u, j)]),
+                    where(i)[1], tirx.min(where(i)[2] * N + col, U - 1), j), put, on_chip)
+            layer._sums(ctx["w_slice"], lambda wsh, index: run(lambda k, u, j: wsh[index(bx, k, u, j)], True),
                         lambda: run(lambda k, u, j: a["w_hh"][k, j, tirx.min(bx * U + u, H - 1)]))
 
         def add(bx, tx):
