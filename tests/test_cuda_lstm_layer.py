@@ -16,7 +16,8 @@ import pytest
 from fusedgrad import api, runtime, schedules, targets, te_defs
 from fusedgrad.lowering import build, cuda, intrinsics, naming, tvm_api
 from fusedgrad.schedules import tir_api
-from fusedgrad.schedules.cuda import lstm_layer
+from fusedgrad.schedules.cuda import lstm_layer, lstm_mma
+from fusedgrad.te_defs import _lstm_layer as L
 
 NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc (CUDA toolkit) is not installed on this machine")
@@ -30,26 +31,36 @@ SHAPES = [
 ]
 TOL = 2e-6
 DEFINITION = "definition"  # _library's rule for the definition's plain loop nest
+TC = L.TENSOR_CORES
 
 
-def _library(op_name, rule=None, dtype="float32"):
+def _flag(variant):
+    """The target flag a CUDA entry's variant sets (they exclude each other), None for none."""
+    return next((k for k in L.TARGET_FLAGS if variant.get(k)), None)
+
+
+def _library(op_name, rule=None, dtype="float32", flags=(None, L.W_HH_GLOBAL), keep=lambda v: True):
     """The op's CUDA rule (or ``rule``; DEFINITION: the definition's plain loop nest) applied for the
     host CPU and compiled there, as an llvm artifact of ``dtype``, with the CPU's intrinsic lowerings
     (its tanh) installed first, as every CPU build has them: the process-wide registration would
-    otherwise depend on whether a CPU library was built before."""
+    otherwise depend on whether a CPU library was built before.  Only the entries whose target flag
+    is in ``flags`` (None: the entry without one) and whose variant ``keep`` takes: a build costs."""
     op = te_defs.get(op_name)
     intrinsics.install("llvm", dict(targets.get("llvm").intrinsics))
+    wanted = [v for v in op.variants_for("cuda") if _flag(v) in flags and keep(v)]
     if rule is None:
         funcs, _ = build.schedule_variants(op_name, "cuda", dtype, emulate_on_host=True)
+        funcs = {s: f for s, f in funcs.items() if f[1] in wanted}
     else:  # what schedule_variants does, with ``rule`` (its knobs) instead of the package's
         host = tvm_api.target(targets.get("llvm").tvm_target())
         funcs = {}
-        for variant in op.variants:
-            compute_flags, _ = op.split_variant(variant)
+        for variant in wanted if rule is not DEFINITION else op.variants:
+            compute_flags, schedule_flags = op.split_variant(variant)
             symbol = naming.entry_symbol(op_name, dtype, variant)
             strided = [t.name for t in op.inputs if op.present(t, variant)]
             strided += [t.name for t in op.outputs if t.strided and op.present(t, variant)]
-            func = tir_api.prim_func(op.compute(dtype, **compute_flags), symbol, op_name, strided=strided)
+            func = tir_api.prim_func(op.compute(dtype, **compute_flags), symbol, op_name, strided=strided,
+                                     schedule_flags=schedule_flags)
             if rule is not DEFINITION:
                 func = rule.apply(func, host).mod["main"].with_attr("global_symbol", symbol)
             funcs[symbol] = (func, dict(variant), type(rule).__name__ if rule is not DEFINITION else DEFINITION)
@@ -119,7 +130,7 @@ def test_float16_loop_nest_gives_the_definitions_bits(op_name, monkeypatch):
 
     monkeypatch.setitem(registry._REGISTRY, "llvm", replace(targets.get("llvm"), op_dtypes={}))  # api.run's check
     op = te_defs.get(op_name)
-    nest, definition = _library(op_name, dtype="float16"), _library(op_name, DEFINITION, dtype="float16")
+    nest, definition = _library(op_name, dtype="float16", flags=(None,)), _library(op_name, DEFINITION, dtype="float16")
     for dims in ({"T": 7, "B": 5, "H": 37}, {"T": 2, "B": 3, "H": 800}):
         s = op.sample(dims, np.random.default_rng(dims["H"]))
         specs = {t.name: t for t in op.inputs}
@@ -152,9 +163,9 @@ def test_same_bits_for_two_grid_sizes(emulated, op_name, monkeypatch):
     monkeypatch.setenv(targets.CUDA_ARCH_ENV, "sm_72")
     small = rule({"UNITS": 8, "WARPS": 1, "CHUNK": 1})
     assert small.shared_capacity(None) == 384 * 8 * 4
-    others = [_library(op_name, small)]
+    others = [_library(op_name, small, flags=(None,))]
     monkeypatch.delenv(targets.CUDA_ARCH_ENV)
-    others.append(_library(op_name, rule({"CHUNK": 5})))
+    others.append(_library(op_name, rule({"CHUNK": 5}), flags=(None,)))
     assert rule().shared_capacity(None) >= 400 * 4 * 4
     for dims in ({"T": 6, "B": 11, "H": 37}, {"T": 3, "B": 4, "H": 400}):
         a = _inputs(op, dims, seed=5)
@@ -174,7 +185,8 @@ def test_the_w_hh_global_entry_gives_the_on_chip_entrys_bits(emulated, op_name):
     from global memory) gives every variant the same bits as the entry with the slice on
     chip, at an H where the slice fits (one load chunk and a tail); the CPU and DSP build no such entry."""
     op = te_defs.get(op_name)
-    assert op.variants_for("cuda") == op.variants + tuple({**v, "w_hh_global": True} for v in op.variants)
+    assert op.variants_for("cuda") == op.variants + tuple({**v, "w_hh_global": True} for v in op.variants) + tuple(
+        {**v, TC: True} for v in op.variants)  # one flag an entry: no entry sets both
     assert op.variants_for("llvm") == op.variants_for("dsp") == op.variants
     rule = lstm_layer.LstmLayerForward() if op_name == OPS[0] else lstm_layer.LstmLayerBackward()
     record = rule.dynamic_shared(None, "float32", w_hh_global=True)
@@ -188,6 +200,85 @@ def test_the_w_hh_global_entry_gives_the_on_chip_entrys_bits(emulated, op_name):
             if value is not None:
                 assert (np.asarray(value).view(np.uint32) == np.asarray(off_chip[name]).view(np.uint32)).all(), (
                     variant, name)
+
+
+@pytest.fixture(scope="module")
+def tensor_core_nests():
+    """The ``tensor_cores`` entries' loop nests on the host (their tiles' sums in the model the
+    definitions state), built once per op."""
+    cache = {}
+
+    def get(op_name):
+        if op_name not in cache:
+            cache[op_name] = _library(op_name, flags=(TC,))
+        return cache[op_name]
+    return get
+
+
+# Against te_defs' float64 recurrence with the operands TF32-rounded (reference(tensor_cores=True)):
+# the sums are float32 (about 1e-7 relative here), but where a float32 state value and the reference's
+# float64 one lie on either side of a TF32 rounding boundary they round to neighbours and one product
+# moves by a TF32 unit (2^-10 of it): up to 1.4e-5 measured at these shapes.  The CUDA-core entry's
+# unrounded float32 sums are 1.1e-4 to 1.7e-4 from that reference at the same shapes.
+TC_TOL = 3e-5
+NAN_LOW = np.array([0x7F800001], np.uint32).view(np.float32)[0]  # a NaN whose payload TF32 drops
+
+
+@pytest.mark.parametrize("op_name", OPS)
+def test_tensor_core_loop_nest_matches_the_rounded_reference(tensor_core_nests, op_name):
+    """The ``tensor_cores`` entries (every variant) at B = 19 (a padded row tile), H = 37 (not a k group
+    multiple) and at B = 16, H = 20; a NaN whose payload lies only in the bits TF32 drops (a rounding
+    that did not keep NaN would make it infinity) in h0 (forward: that row's outputs, no other) or in
+    W_hh (backward: that column of dh0) propagates."""
+    op = te_defs.get(op_name)
+    lib = tensor_core_nests(op_name)
+    for dims in ({"T": 5, "B": 19, "H": 37}, {"T": 3, "B": 16, "H": 20}):
+        a = _inputs(op, dims, seed=3)
+        exact = {k: v.astype(np.float64) for k, v in a.items()}
+        for variant in op.variants:
+            got = api.run(op_name, a, {}, {**variant, TC: True}, library=lib)
+            ref = op.reference(**exact, **variant, tensor_cores=True)
+            for name, value in got.items():
+                if value is not None:
+                    r = ref[name].reshape(np.shape(value))
+                    err = np.abs(np.asarray(value, np.float64) - r).max() / (np.abs(r).max() + 1.0)
+                    assert err <= TC_TOL, f"{op_name} {dims} {variant} {name}: relative error {err:.2e}"
+    a = _inputs(op, {"T": 3, "B": 16, "H": 20}, seed=4)
+    variant = {**op.variants[0], TC: True}
+    if op_name == OPS[0]:
+        a["h0"][2, 5] = NAN_LOW
+        hy = api.run(op_name, a, {}, variant, library=lib)["hy"]
+        assert np.isnan(hy[2]).all() and np.isfinite(np.delete(hy, 2, axis=0)).all()
+    else:
+        a["w_hh"][1 * 20 + 3, 7] = NAN_LOW  # gate f, unit 3, column 7
+        dh0 = api.run(op_name, a, {}, variant, library=lib)["dh0"]
+        assert np.isnan(dh0[:, 7]).all()
+
+
+@pytest.mark.parametrize("op_name", OPS)
+def test_tensor_core_sums_the_same_bits_for_two_grid_sizes(tensor_core_nests, op_name, monkeypatch):
+    """The derived shape (UNITS 4, four warps: forward 2 row tiles x 2 column tiles a pass, backward
+    4 gates x 1 column tile) against UNITS 8 with one warp taking every tile of a pass (forward 4
+    column tiles, backward 4 gates x 1), built for sm_72 alone, whose slice at H = 400 is past its
+    48 KiB (less the tile): its sums read W_hh from global memory where the derived shape's read the
+    slice.  The same bits: a sum is one warp's, whatever the grid."""
+    op = te_defs.get(op_name)
+    rule = lstm_layer.LstmLayerForward if op_name == OPS[0] else lstm_layer.LstmLayerBackward
+    assert rule().shared_capacity(None, tensor_cores=True) >= 400 * 4 * 4
+    variant = {**op.variants[0], TC: True}
+    monkeypatch.setenv(targets.CUDA_ARCH_ENV, "sm_72")
+    small = rule({"UNITS": 8, "WARPS": 1})
+    assert small.shared_capacity(None, tensor_cores=True) < 400 * 8 * 4
+    other = _library(op_name, small, flags=(TC,), keep=lambda v: v == variant)
+    monkeypatch.delenv(targets.CUDA_ARCH_ENV)
+    for dims in ({"T": 4, "B": 19, "H": 37}, {"T": 2, "B": 17, "H": 400}):
+        a = _inputs(op, dims, seed=6)
+        one = api.run(op_name, a, {}, variant, library=tensor_core_nests(op_name))
+        two = api.run(op_name, a, {}, variant, library=other)
+        for name, value in one.items():
+            if value is not None:
+                assert (np.asarray(value).view(np.uint32) == np.asarray(two[name]).view(np.uint32)).all(), (
+                    dims, name)
 
 
 def test_the_block_shape_comes_from_the_cuda_target():
