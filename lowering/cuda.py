@@ -201,16 +201,17 @@ def persistent_choice(entry, symbols, H: int, capability: tuple[int, int], sm_co
     raise CoResidencyError(f"no entry point of the kernel fits at H = {H}: " + " -- ".join(refused))
 
 
-def compile_fatbin(source: str, archs, workdir: str | os.PathLike) -> tuple[bytes, dict]:
+def compile_fatbin(source: str, archs, workdir: str | os.PathLike, run=None) -> tuple[bytes, dict]:
     """nvcc ``source`` (with the grid barrier where a kernel calls it) into a fatbin for ``archs``;
-    returns (fatbin bytes, resources by kernel and arch)."""
+    returns (fatbin bytes, resources by kernel and arch).  ``run(cmd, output)``: what runs nvcc (as
+    ``subprocess.run(cmd, capture_output=True, text=True)`` does), e.g. the tests' build cache."""
     workdir = Path(workdir)
     cu, out = workdir / "kernels.cu", workdir / "kernels.fatbin"
     cu.write_text(with_grid_sync(source))
     nvcc = nvcc_path()
     cmd = [nvcc, "-fatbin", "-O3", "-std=c++17", "-Xptxas", "-v", "-diag-suppress", "177,550",
            *gencode_flags(archs), "-o", str(out), str(cu)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = run(cmd, out) if run else subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-20:])
         raise ToolchainError(f"nvcc failed (exit {proc.returncode}) on the generated CUDA source:\n{tail}")
@@ -247,7 +248,9 @@ def parse_ptxas_report(text: str) -> dict:
     return report
 
 
-_LAUNCH = re.compile(r'extern "C" __global__ void __launch_bounds__\((\d+)\) (\w+)\(')
+# __launch_bounds__(max threads) or (max threads, min blocks a SM): the persistent layer kernels'
+# tensor_cores entries give the second (schedules/cuda/lstm_mma.py MIN_BLOCKS)
+_LAUNCH = re.compile(r'extern "C" __global__ void __launch_bounds__\((\d+)(?:, \d+)?\) (\w+)\(')
 
 
 def kernels_in_source(source: str) -> dict[str, int]:

@@ -7,12 +7,14 @@ What needs a GPU (the kernels on the device, their speed against cuDNN) is bench
 """
 from __future__ import annotations
 
+import math
 import os
 import shutil
 
 import numpy as np
 import pytest
 
+import build_cache
 from fusedgrad import api, runtime, schedules, targets, te_defs
 from fusedgrad.lowering import build, cuda, intrinsics, naming, tvm_api
 from fusedgrad.schedules import tir_api
@@ -371,43 +373,54 @@ def _at(expr, **sizes) -> int:
 def test_nvcc_builds_for_sm80_and_sm90_within_the_ptxas_limits(op_name, dtype, tmp_path):
     """The generated source with the grid barrier in front, a cubin for sm_80 and sm_90 each, checked
     against the limits (registers, spills, shared memory); each kernel calls the barrier and keeps its
-    W_hh slice in dynamic shared memory, no static shared memory (ptxas counts none), and the host's
-    launch asks for the dynamic bytes the manifest's record gives at every H, what co-residency counts
-    (the float16 slice on chip to twice the float32 one's H)."""
+    W_hh slice in dynamic shared memory, no static shared memory (ptxas counts none) but the
+    ``tensor_cores`` entries' tile, whose sums are mma.sync (the others' none), and the host's launch
+    asks for the dynamic bytes the manifest's record gives at every H, what co-residency counts (the
+    float16 slice on chip to twice the float32 one's H).  nvcc through the tests' build cache."""
     funcs, tgt = build.schedule_variants(op_name, "cuda", dtype)
     exe, launches = _launches(funcs, tgt)
     source = cuda.with_grid_sync(tvm_api.device_source(exe, "cuda"))
     assert set(cuda.kernels_in_source(source)) == {f"{s}_kernel" for s in funcs}
     assert source.count(cuda.GRID_SYNC_NAME + "(") >= len(funcs) + 1  # its definition and a call a kernel
     ctype = {"float32": "float", "float16": "half"}[dtype]
-    on_chip = {s for s, (_, v, _) in funcs.items() if not v.get("w_hh_global")}
-    assert len(on_chip) == len(funcs) // 2  # and as many w_hh_global entries, without shared memory
-    assert source.count(f"extern __shared__ __align__(64) {ctype} w_shared_ptr[];") == len(on_chip)
+    flag = {s: _flag(v) for s, (_, v, _) in funcs.items()}
+    assert sorted(map(str, flag.values())) == sorted(map(str, [None, L.W_HH_GLOBAL, TC] * (len(funcs) // 3)))
+    assert source.count(f"extern __shared__ __align__(64) {ctype} w_shared_ptr[];") == 2 * len(funcs) // 3
     assert "atomic" not in source.split(cuda.GRID_SYNC_END)[1]  # only the barrier's counter is atomic
-    _, resources = cuda.compile_fatbin(source, ("sm_80", "sm_90"), tmp_path)
+    shape = lstm_mma.PTX[dtype][0]
+    for s in funcs:  # a kernel's definition: from its name (after the declaration) to the next kernel
+        body = source.split(f" {s}_kernel(")[2].split('extern "C"')[0]
+        assert (f"mma.sync.aligned.{shape}.row.col.f32" in body) == (flag[s] == TC), s
+    rule = lstm_layer.LstmLayerForward() if op_name == OPS[0] else lstm_layer.LstmLayerBackward()
+    tile_bytes = 4 * math.prod(rule.tile_shape(tgt)[2])
+    _, resources = cuda.compile_fatbin(source, ("sm_80", "sm_90"), tmp_path,
+                                       run=lambda cmd, out: build_cache.run(cmd, outputs=[out]))
     kernels = cuda.device_kernels(source, resources, ("sm_80", "sm_90"))
     assert {k["name"] for k in kernels} == {f"{s}_kernel" for s in funcs}
     for k in kernels:
+        static = tile_bytes if flag[k["name"].removesuffix("_kernel")] == TC else 0
         for arch in ("sm_80", "sm_90"):
             r = k["arch"][arch]
-            assert r["spill_bytes"] == 0 and r["shared_bytes"] == 0, (k["name"], arch, r)
+            assert r["spill_bytes"] == 0 and r["shared_bytes"] == static, (k["name"], arch, r)
             assert cuda.co_resident_blocks(arch, k["threads"], r["registers"], r["shared_bytes"]) >= 1
     assert len(launches) == len(funcs)
-    rule = lstm_layer.LstmLayerForward()
-    record = rule.dynamic_shared(tgt, dtype)
-    size = record["else"]
-    last = 2608 * 4 // size  # the last H on chip with sm_80 and sm_90 (163 KB)
     for call in launches:
         symbol = call.args[0].value.removesuffix("_kernel")
-        if symbol in on_chip:
+        record = rule.dynamic_shared(tgt, dtype, flag[symbol] == L.W_HH_GLOBAL, flag[symbol] == TC)
+        static = tile_bytes if flag[symbol] == TC else 0
+        size, last = record["else"], record["up_to"] // max(record["bytes_per_h"], 1)
+        if flag[symbol] != L.W_HH_GLOBAL:
             assert list(call.attrs.launch_params)[-1] == "tirx.use_dyn_shared_memory"
-            for H in (1, 37, 800, 2608, last, last + 1, 6000):
+            for H in (1, 37, 800, last, last + 1, 6000):
                 assert _at(call.args[-1], H=H) == cuda.dynamic_shared_bytes(record, H), H
+            assert cuda.dynamic_shared_bytes(record, last) == last * 16 * size
+            assert cuda.dynamic_shared_bytes(record, last + 1) == size
+            assert record["up_to"] + static <= targets.cuda.optin_shared_bytes()
         else:  # no dynamic shared memory: what the w_hh_global record gives at every H
             assert "tirx.use_dyn_shared_memory" not in list(call.attrs.launch_params)
-            assert cuda.dynamic_shared_bytes(rule.dynamic_shared(tgt, dtype, w_hh_global=True), 6000) == 0
-    assert cuda.dynamic_shared_bytes(record, last) == last * 16 * size
-    assert cuda.dynamic_shared_bytes(record, last + 1) == size
+            assert cuda.dynamic_shared_bytes(record, 6000) == 0
+    plain = rule.dynamic_shared(tgt, dtype)
+    assert plain["up_to"] // plain["bytes_per_h"] == 2608 * 4 // plain["else"]  # 163 KB with sm_80 and sm_90
 
 
 def test_launch_check_takes_the_kernels_ptxas_resources_for_the_device():
