@@ -444,16 +444,19 @@ def test_launch_check_takes_the_kernels_ptxas_resources_for_the_device():
 def test_the_manifest_records_the_units_a_block_owns(op_name):
     """The loader finds a layer kernel's grid (ceil(H / units) blocks) from the manifest's grid_units,
     and a launch's dynamic shared memory from its dynamic_shared, set by the rule from its block shape
-    and the archs built: the GPU machine's runtime has no TVM compiler to ask the schedule.  Kernels
-    without a grid barrier record neither."""
+    and the archs built: the GPU machine's runtime has no TVM compiler to ask the schedule (the
+    ``tensor_cores`` entry's slice on chip to the opt-in less its 2 KiB tile of accumulators: 32 rows x
+    16 columns forward, 4 gates x 16 rows x 8 columns backward).  Kernels without a grid barrier record
+    neither."""
     funcs, tgt = build.schedule_variants(op_name, "cuda", "float32")
     rule = lstm_layer.LstmLayerForward() if op_name.endswith("forward") else lstm_layer.LstmLayerBackward()
     units = rule.shape(tgt)[0]
     assert units == rule.knob("UNITS", tgt)
     assert [v for _, v, _ in funcs.values()] == list(te_defs.get(op_name).variants_for("cuda"))
+    assert 4 * math.prod(rule.tile_shape(tgt)[2]) == 2048
     for f, v, _ in funcs.values():  # the w_hh_global entry keeps no slice: one value at every H
         assert build._launch_facts(f) == {"grid_units": units, "dynamic_shared": {
-            "bytes_per_h": 4 * units * 4, "up_to": targets.cuda.optin_shared_bytes(), "else": 4}
+            "bytes_per_h": 4 * units * 4, "up_to": targets.cuda.optin_shared_bytes() - 2048 * v.get(TC, 0), "else": 4}
             if not v.get("w_hh_global") else {"bytes_per_h": 0, "up_to": 0, "else": 0}}
     cell, _ = build.schedule_variants("lstm_cell_forward", "cuda", "float32")
     assert all(build._launch_facts(f) == {} for f, _, _ in cell.values())
@@ -525,6 +528,45 @@ def test_the_launch_takes_the_slice_on_chip_where_that_grid_fits_else_global_w_h
         cuda.persistent_choice(entry, ["fg_x"], 1280, (9, 0), 132)
     with pytest.raises(cuda.CoResidencyError, match=r"H = 6400: fg_x: .*1600 blocks .* at most 1584.* -- fg_x_g: .*1600"):
         launch("xw", torch.empty(4 * 6400, 6400))
+
+def test_the_full_lstm_takes_the_tensor_core_entry_where_its_gemms_run_there(on_h200, monkeypatch):
+    """fusedgrad/lstm/buffers.py, from the manifest (no GPU): a call whose GEMMs run on the tensor cores
+    (``gemm_dtype`` set) launches a layer kernel's ``tensor_cores`` entry where B >= 16 and that grid is
+    resident on the device, else what any call takes (the slice on chip, else global W_hh).  On an H200
+    (132 SMs of 228 KiB, 1 KiB reserved a block; 4 units a block): H = 1024 fits both on-chip grids,
+    three blocks a SM; at H = 1184 (296 blocks) the on-chip one still does (75 KiB a block) but with the
+    2 KiB tile two a SM (264) do: the slice on chip without the tensor cores; H = 1280 neither: global."""
+    from types import SimpleNamespace
+
+    torch, buffers = on_h200
+    op_name = OPS[0]
+    rule = lstm_layer.LstmLayerForward()
+    variant = te_defs.get(op_name).variants[0]
+    kinds = {None: {}, L.W_HH_GLOBAL: {"w_hh_global": True}, TC: {"tensor_cores": True}}
+    symbols = {k: naming.entry_symbol(op_name, "float32", {**variant, **flags}) for k, flags in kinds.items()}
+    entry = {"library": "x.so", "kernels": [], "device_kernels": []}
+    for k, symbol in symbols.items():
+        entry["kernels"].append({"symbol": symbol, "grid_units": 4, "dynamic_shared": rule.dynamic_shared(
+            None, "float32", k == L.W_HH_GLOBAL, k == TC)})
+        entry["device_kernels"].append({"name": f"{symbol}_kernel", "threads": 128, "arch": {
+            "sm_90": {"registers": 64, "shared_bytes": 2048 if k == TC else 0}}})
+    art = SimpleNamespace(entry=entry, kernel=lambda v: SimpleNamespace(
+        symbol=naming.entry_symbol(op_name, "float32", v), func=lambda *a: naming.entry_symbol(op_name, "float32", v)))
+    monkeypatch.setattr(runtime, "artifact", lambda *key: art)
+    fresh = buffers.kernel.__wrapped__  # not the process's cache
+    for tensor_cores, B, H, want in ((True, 16, 1024, TC), (True, 15, 1024, None), (False, 32, 1024, None),
+                                     (True, 32, 1184, None), (True, 32, 1280, L.W_HH_GLOBAL)):
+        launch = fresh(op_name, "cuda", "float32", tensor_cores, **variant)
+        assert launch(torch.empty(0, B), torch.empty(0, H)) == symbols[want], (tensor_cores, B, H)
+    seen = []
+    monkeypatch.setattr(buffers, "kernel", lambda op, target, dtype, **flags: seen.append((op, flags)))
+    for gemm_dtype in ("float32", None):
+        arrays = buffers.TorchArrays(torch.device("cpu"), gemm_dtype)
+        arrays.kernel(op_name, **variant)
+        arrays.kernel("matmul_packed", has_bias=False)
+    assert seen == [(op_name, {"tensor_cores": True, **variant}), ("matmul_packed", {"has_bias": False}),
+                    (op_name, variant), ("matmul_packed", {"has_bias": False})]
+
 
 def test_the_committed_sources_define_the_grid_barrier_they_call():
     """generated/cuda's .cu files are what a user compiles: one that calls the grid barrier carries its

@@ -68,7 +68,7 @@ def _co_resident(entry, kernels, tensor_core_kernel=None):
         tiles = tensor_core_kernel is not None and int(args[0].shape[1]) >= TENSOR_CORE_MIN_BATCH
         key = (H, tiles, props.major, props.minor, props.multi_processor_count)
         if key not in chosen:
-            symbols = [tensor_core_kernel.symbol] * tiles + [k.symbol for k in kernels]
+            symbols = ([tensor_core_kernel.symbol] if tiles else []) + [k.symbol for k in kernels]
             chosen[key] = cuda.persistent_choice(entry, symbols, H, key[2:4], key[4])
         return funcs[chosen[key]](*args)
     return call
