@@ -392,7 +392,7 @@ def test_nvcc_builds_for_sm80_and_sm90_within_the_ptxas_limits(op_name, dtype, t
         body = source.split(f" {s}_kernel(")[2].split('extern "C"')[0]
         assert (f"mma.sync.aligned.{shape}.row.col.f32" in body) == (flag[s] == TC), s
     rule = lstm_layer.LstmLayerForward() if op_name == OPS[0] else lstm_layer.LstmLayerBackward()
-    tile_bytes = 4 * math.prod(rule.tile_shape(tgt)[2])
+    tile_bytes = 4 * math.prod(lstm_mma.tile_shape(rule, tgt)[2])
     _, resources = cuda.compile_fatbin(source, ("sm_80", "sm_90"), tmp_path,
                                        run=lambda cmd, out: build_cache.run(cmd, outputs=[out]))
     kernels = cuda.device_kernels(source, resources, ("sm_80", "sm_90"))
@@ -453,7 +453,7 @@ def test_the_manifest_records_the_units_a_block_owns(op_name):
     units = rule.shape(tgt)[0]
     assert units == rule.knob("UNITS", tgt)
     assert [v for _, v, _ in funcs.values()] == list(te_defs.get(op_name).variants_for("cuda"))
-    assert 4 * math.prod(rule.tile_shape(tgt)[2]) == 2048
+    assert 4 * math.prod(lstm_mma.tile_shape(rule, tgt)[2]) == 2048
     for f, v, _ in funcs.values():  # the w_hh_global entry keeps no slice: one value at every H
         assert build._launch_facts(f) == {"grid_units": units, "dynamic_shared": {
             "bytes_per_h": 4 * units * 4, "up_to": targets.cuda.optin_shared_bytes() - 2048 * v.get(TC, 0), "else": 4}

@@ -20,6 +20,11 @@ widened, each store rounded once), as the definitions say.
   entry point of the schedule flag ``w_hh_global`` (``OpDef.target_flags``: CUDA only) keeps no slice
   (no shared memory: its launch asks for none) and its sums read W_hh from global memory at every H,
   for the grids whose slices on chip the GPU cannot hold at once; the full LSTM picks it per launch.
+- The entry point of the flag ``tensor_cores`` runs each step's recurrent sums on the tensor cores
+  (``lstm_mma``: m16n8 tiles of mma.sync over the batch's rows padded to 16, one warp a tile's whole
+  sum), the accumulators through a small static shared tile, then the cell (forward) or the gate
+  blocks' sum (backward) as below from it; its slice holds W_hh rounded as the tensor cores take it.
+  The full LSTM launches it where its GEMMs run on the tensor cores, B >= 16 and the grid is resident.
 - A block's threads are ROW_SLOTS x UNITS: thread (br, u) owns unit u of the chunk for the rows
   br, br + ROW_SLOTS, ... of the batch, so a warp's shared-memory reads of W_hh are consecutive units
   (no bank conflicts) and the threads of one unit read the same h (a broadcast).
@@ -194,29 +199,9 @@ class _Layer(ScheduleRule):
         shared memory: the opt-in shared memory a block has on every architecture built
         (``targets.cuda.optin_shared_bytes``), all of it the launch's dynamic shared memory (the kernels
         declare no static shared memory: ptxas counts none, which the nvcc test checks), but for the
-        ``tensor_cores`` entry's static tile of accumulators (``tile_shape``)."""
-        reserved = 4 * math.prod(self.tile_shape(target)[2]) if tensor_cores else 0
+        ``tensor_cores`` entry's static tile of accumulators (``lstm_mma.tile_shape``)."""
+        reserved = 4 * math.prod(lstm_mma.tile_shape(self, target)[2]) if tensor_cores else 0
         return (optin_shared_bytes() - reserved) // (DataType(dtype).bits // 8)
-
-    def tile_shape(self, target) -> tuple[int, int, tuple[int, ...]]:
-        """The ``tensor_cores`` entry's passes over a step's rows: (tile products a pass, rows a pass,
-        the shared float32 tile its accumulators go to).  A pass's tiles are whole m16n8 tiles of the
-        block's outputs (forward: 4 gates x UNITS units, gate-major, as the slice; backward: per gate
-        block its UNITS columns, padded to 8), one per warp where the warps outnumber one row tile's:
-        as many 16-row tiles a pass as that leaves (forward, 4 warps, UNITS 4: 2 row tiles, 32 rows;
-        backward: 4 gates x 1 tile each, 16 rows).  A warp runs each of its tiles' sums over all of H
-        (no split of K across warps, nothing to reduce), so a sum is the same whatever the grid."""
-        U, threads, _ = self.shape(target)
-        if self.op == "lstm_layer_forward":
-            if G * U % lstm_mma.N:
-                raise ValueError(f"UNITS: expected 4 gates x UNITS a multiple of {lstm_mma.N} (the mma's "
-                                 f"columns), got UNITS={U}")
-            per_row_tile, cols = G * U // lstm_mma.N, (G * U,)
-        else:
-            per_row_tile, cols = G * -(-U // lstm_mma.N), (-(-U // lstm_mma.N) * lstm_mma.N,)
-        row_tiles = max(1, threads // warp_size(target) // per_row_tile)
-        rows = row_tiles * lstm_mma.M
-        return per_row_tile * row_tiles, rows, ((G,) if self.op != "lstm_layer_forward" else ()) + (rows,) + cols
 
     def dynamic_shared(self, target, dtype: str, w_hh_global: bool = False, tensor_cores: bool = False) -> dict:
         """What a launch's dynamic shared memory is at hidden size H (``lowering.cuda.dynamic_shared_bytes``
@@ -281,7 +266,9 @@ class _Layer(ScheduleRule):
                     j = bx * U + u
                     with _tir.when(flat < values):  # the tensor cores' entry keeps W_hh as they take it
                         value = tirx.if_then_else(j < H, weight(k, tirx.min(j, H - 1), x), tirx.const(0, dtype))
-                        store(wsh, (index(bx, k, u, x),), lstm_mma.operand(dtype, value, grid.gpu) if tensor_cores else value)
+                        if tensor_cores:
+                            value = lstm_mma.operand(dtype, value, grid.gpu)
+                        store(wsh, (index(bx, k, u, x),), value)
 
         grid.phase(copy)
         grid.block_sync()
@@ -292,7 +279,7 @@ class _Layer(ScheduleRule):
         return self.knob("GLOBAL_CHUNK" if w_hh_global else "CHUNK", target)
 
     @staticmethod
-    def _sums(w_slice, on_chip, from_global) -> None:
+    def w_hh_sums(w_slice, on_chip, from_global) -> None:
         """A step's sums: ``on_chip(buffer, index)`` reading the slice where it holds W_hh, else
         ``from_global()`` (the same sums in the same order); only the latter without a slice."""
         if w_slice is None:
@@ -306,7 +293,7 @@ class _Layer(ScheduleRule):
                 from_global()
 
     @staticmethod
-    def _rows(count, br, slots, start=0):
+    def rows(count, br, slots, start=0):
         """The rows start + br, start + br + slots, ... below start + count a thread takes."""
         return loop("q", tirx.max(count - br + slots - 1, 0) // slots)
 
@@ -330,12 +317,12 @@ class LstmLayerForward(_Layer):
                 with grid.launch():
                     w_slice = self._slice(grid, target, H, nch, U, lambda k, j, r: a["w_hh"][k, j, r], dtype,
                                           w_hh_global, tensor_cores)
-                    tile = lstm_mma.block_tile(grid, "pre", self.tile_shape(target)[2]) if tensor_cores else None
+                    tile = lstm_mma.block_tile(grid, self, target, "pre") if tensor_cores else None
 
                     def initial(bx, tx):
                         j = bx * U + tx % U
                         with _tir.when(j < H):
-                            with self._rows(B, tx // U, slots) as q:
+                            with self.rows(B, tx // U, slots) as q:
                                 b = tx // U + q * slots
                                 store(a["hy"], (b, j), a["h0"][b, j])
                                 store(a["cy"], (b, j), a["c0"][b, j])
@@ -362,7 +349,7 @@ class LstmLayerForward(_Layer):
         u, br = tx % U, tx // U
         j = bx * U + u
         with _tir.when(j < H):
-            with self._rows(n, br, slots) as q:
+            with self.rows(n, br, slots) as q:
                 b = br + q * slots
                 acc = grid.scratch("acc", (G,))
                 for k in range(G):
@@ -372,20 +359,20 @@ class LstmLayerForward(_Layer):
                     def add(r, h_prev):
                         for k in range(G):
                             store(acc, (k,), acc[k] + h_prev[0] * weight(k, r))
-                    _chunked_sums(grid, H, ctx["chunk"], lambda r: [L.wide(self._h_prev(ctx, b, r))], add)
+                    _chunked_sums(grid, H, ctx["chunk"], lambda r: [L.wide(self.h_prev(ctx, b, r))], add)
 
-                self._sums(ctx["w_slice"], lambda wsh, index: sums(lambda k, r: L.wide(wsh[index(bx, k, u, r)])),
+                self.w_hh_sums(ctx["w_slice"], lambda wsh, index: sums(lambda k, r: L.wide(wsh[index(bx, k, u, r)])),
                            lambda: sums(lambda k, r: L.wide(a["w_hh"][k, j, r])))
-                self._cell(ctx, b, j, lambda k: acc[k])
+                self.cell(ctx, b, j, lambda k: acc[k])
 
     @staticmethod
-    def _h_prev(ctx, b, r):
+    def h_prev(ctx, b, r):
         """h_{t-1}[b, r] as stored: h of the previous time index where the row ran there, else h0."""
         a = ctx["a"]
         return tirx.if_then_else(b < ctx["m"], a["h"][ctx["p"], b, r], a["h0"][b, r])
 
     @staticmethod
-    def _cell(ctx, b, j, gate_sum):
+    def cell(ctx, b, j, gate_sum):
         """The cell of unit (b, j) from its gates' recurrent sums ``gate_sum(k)``, and its stores."""
         a, tt, grid = ctx["a"], ctx["tt"], ctx["grid"]
         v = grid.scratch("v", (len(L.SCRATCH),))
@@ -405,7 +392,7 @@ class LstmLayerForward(_Layer):
         a, U, H, B, n, slots = (ctx[k] for k in ("a", "U", "H", "B", "n", "slots"))
         j = bx * U + tx % U
         with _tir.when(j < H):
-            with self._rows(B - n, tx // U, slots) as q:
+            with self.rows(B - n, tx // U, slots) as q:
                 b = n + tx // U + q * slots
                 for name in ("h",) + (("c",) + L.GATES + ("tanhc",) if ctx["train"] else ()):
                     store(a[name], (ctx["tt"], b, j), T.float32(0))
@@ -435,12 +422,12 @@ class LstmLayerBackward(_Layer):
                     # the block's columns of W_hh: the slice holds W_hh[k, x, r] for its units r, rows x
                     w_slice = self._slice(grid, target, H, nch, U, lambda k, r, x: a["w_hh"][k, x, r], dtype,
                                           w_hh_global, tensor_cores)
-                    tile = lstm_mma.block_tile(grid, "part", self.tile_shape(target)[2]) if tensor_cores else None
+                    tile = lstm_mma.block_tile(grid, self, target, "part") if tensor_cores else None
 
                     def initial(bx, tx):
                         j = bx * U + tx % U
                         with _tir.when(j < H):
-                            with self._rows(B, tx // U, slots) as q:
+                            with self.rows(B, tx // U, slots) as q:
                                 b = tx // U + q * slots
                                 store(a["dh0"], (b, j), a["grad_hy"][b, j])
                                 store(a["dc0"], (b, j), a["grad_cy"][b, j])
@@ -453,14 +440,14 @@ class LstmLayerBackward(_Layer):
                         def cell(bx, tx):
                             j = bx * U + tx % U
                             with _tir.when(j < H):
-                                with self._rows(n, tx // U, slots) as q:
+                                with self.rows(n, tx // U, slots) as q:
                                     b = tx // U + q * slots
                                     d, dcx = cell_gradient(a, tt, b, j, Tn, reverse, a["dh0"][b, j], a["dc0"][b, j])
                                     for k in range(G):
                                         store(a["dgates"], (tt, b, k, j), d[k])
                                         store(a["dgates_t"], (k, j, tt, b), d[k])
                                     store(a["dc0"], (b, j), dcx)
-                                with self._rows(B - n, tx // U, slots) as q:  # rows not running: zero gradients
+                                with self.rows(B - n, tx // U, slots) as q:  # rows not running: zero gradients
                                     b = n + tx // U + q * slots
                                     for k in range(G):
                                         store(a["dgates"], (tt, b, k, j), T.float32(0))
@@ -470,7 +457,7 @@ class LstmLayerBackward(_Layer):
                             u = tx % U
                             r = bx * U + u
                             with _tir.when(r < H):
-                                with self._rows(n, tx // U, slots) as q:
+                                with self.rows(n, tx // U, slots) as q:
                                     b = tx // U + q * slots
                                     part = grid.scratch("dh_part", (G,))
                                     for k in range(G):
@@ -483,7 +470,7 @@ class LstmLayerBackward(_Layer):
                                         _chunked_sums(grid, H, chunk, lambda j: [
                                             L.wide(a["dgates"][tt, b, k, j]) for k in range(G)], add)
 
-                                    self._sums(w_slice,
+                                    self.w_hh_sums(w_slice,
                                                lambda wsh, index: sums(lambda k, j: L.wide(wsh[index(bx, k, u, j)])),
                                                lambda: sums(lambda k, j: L.wide(a["w_hh"][k, j, r])))
                                     store(a["dh0"], (b, r), ((part[0] + part[1]) + part[2]) + part[3])

@@ -172,11 +172,33 @@ def _emulate(grid, dtype, i, lane, regs_c, extent, group, padded, a, b, put) -> 
         put(i, row, col, acc[0])
 
 
-def block_tile(grid, name, shape, dtype=L.ACC):
-    """A block's float32 tile of ``shape`` (static shared memory on the GPU, a row per block on the
-    host): ``at(bx, *index)`` its element."""
+def tile_shape(layer, target) -> tuple[int, int, tuple[int, ...]]:
+    """The ``tensor_cores`` entry's passes of ``layer`` (a rule) over a step's rows: (tile products a pass, rows a pass,
+    the shared float32 tile its accumulators go to).  A pass's tiles are whole m16n8 tiles of the
+    block's outputs (forward: 4 gates x UNITS units, gate-major, as the slice; backward: per gate
+    block its UNITS columns, padded to 8), one per warp where the warps outnumber one row tile's:
+    as many 16-row tiles a pass as that leaves (forward, 4 warps, UNITS 4: 2 row tiles, 32 rows;
+    backward: 4 gates x 1 tile each, 16 rows).  A warp runs each of its tiles' sums over all of H
+    (no split of K across warps, nothing to reduce), so a sum is the same whatever the grid."""
+    U, threads, _ = layer.shape(target)
+    if layer.op == "lstm_layer_forward":
+        if G * U % N:
+            raise ValueError(f"UNITS: expected 4 gates x UNITS a multiple of {N} (the mma's "
+                             f"columns), got UNITS={U}")
+        per_row_tile, cols = G * U // N, (G * U,)
+    else:
+        per_row_tile, cols = G * -(-U // N), (-(-U // N) * N,)
+    row_tiles = max(1, threads // warp_size(target) // per_row_tile)
+    rows = row_tiles * M
+    return per_row_tile * row_tiles, rows, ((G,) if layer.op != "lstm_layer_forward" else ()) + (rows,) + cols
+
+
+def block_tile(grid, layer, target, name):
+    """A block's float32 tile of ``tile_shape``'s shape (static shared memory on the GPU, a row per
+    block on the host): ``at(bx, *index)`` its element."""
+    shape = tile_shape(layer, target)[2]
     size = math.prod(shape)
-    tile = _tir.local(name, (size,) if grid.gpu else (grid.blocks * size,), dtype,
+    tile = _tir.local(name, (size,) if grid.gpu else (grid.blocks * size,), L.ACC,
                       scope="shared" if grid.gpu else "global")
 
     def at(bx, *index):
@@ -192,7 +214,7 @@ def forward_passes(layer, ctx, target, tile) -> None:
     tiles into the block's shared ``tile``, a block barrier, the cell of the pass's rows from it,
     a block barrier (the next pass writes the tile again)."""
     a, U, H, B, n, grid, dtype = (ctx[k] for k in ("a", "U", "H", "B", "n", "grid", "dtype"))
-    tiles, rows, _ = layer.tile_shape(target)
+    tiles, rows, _ = tile_shape(layer, target)
     per_row_tile = G * U // N
     with loop("pass", (n + rows - 1) // rows) as ps:
         def sums(bx, tx):
@@ -201,7 +223,7 @@ def forward_passes(layer, ctx, target, tile) -> None:
 
             def a_value(i, row, r):
                 b = row_of(i, row)
-                held = layer._h_prev(ctx, tirx.min(b, B - 1), r)
+                held = layer.h_prev(ctx, tirx.min(b, B - 1), r)
                 return tirx.if_then_else(b < n, held, tirx.const(0, dtype))
 
             def column(i, col):  # (gate, unit) of a tile's column: the slice's gate-major order
@@ -214,16 +236,16 @@ def forward_passes(layer, ctx, target, tile) -> None:
             def run(weight, on_chip=False):
                 product(grid, target, dtype, tx, tiles, H, a_value, lambda i, r, col: weight(*column(i, col), r), put,
                         on_chip)
-            layer._sums(ctx["w_slice"], lambda wsh, index: run(lambda k, u, r: wsh[index(bx, k, u, r)], True),
+            layer.w_hh_sums(ctx["w_slice"], lambda wsh, index: run(lambda k, u, r: wsh[index(bx, k, u, r)], True),
                         lambda: run(lambda k, u, r: a["w_hh"][k, tirx.min(bx * U + u, H - 1), r]))
 
         def cell(bx, tx):
             u, br = tx % U, tx // U
             j = bx * U + u
             with _tir.when(j < H):
-                with layer._rows(tirx.min(n - ps * rows, rows), br, ctx["slots"]) as q:
+                with layer.rows(tirx.min(n - ps * rows, rows), br, ctx["slots"]) as q:
                     lb = br + q * ctx["slots"]
-                    layer._cell(ctx, ps * rows + lb, j, lambda k: _load(tile(bx, lb, k * U + u)))
+                    layer.cell(ctx, ps * rows + lb, j, lambda k: _load(tile(bx, lb, k * U + u)))
 
         grid.phase(sums)
         grid.block_sync()
@@ -236,7 +258,7 @@ def backward_passes(layer, ctx, target, tile) -> None:
     dgates[rows, k, :] · W_hh[k, :, the block's units] into the block's shared ``tile``, a block
     barrier, each owned (row, unit)'s blocks added i, f, g, o into dh0, a block barrier."""
     a, U, H, B, n, tt, grid, dtype = (ctx[k] for k in ("a", "U", "H", "B", "n", "tt", "grid", "dtype"))
-    tiles, rows, (_, _, width) = layer.tile_shape(target)
+    tiles, rows, (_, _, width) = tile_shape(layer, target)
     per_gate = width // N
     with loop("pass", (n + rows - 1) // rows) as ps:
         def sums(bx, tx):
@@ -255,13 +277,13 @@ def backward_passes(layer, ctx, target, tile) -> None:
             def run(weight, on_chip=False):  # the columns past the block's units are not read: unit clamped
                 product(grid, target, dtype, tx, tiles, H, a_value, lambda i, j, col: weight(
                     where(i)[1], tirx.min(where(i)[2] * N + col, U - 1), j), put, on_chip)
-            layer._sums(ctx["w_slice"], lambda wsh, index: run(lambda k, u, j: wsh[index(bx, k, u, j)], True),
+            layer.w_hh_sums(ctx["w_slice"], lambda wsh, index: run(lambda k, u, j: wsh[index(bx, k, u, j)], True),
                         lambda: run(lambda k, u, j: a["w_hh"][k, j, tirx.min(bx * U + u, H - 1)]))
 
         def add(bx, tx):
             u, br = tx % U, tx // U
             with _tir.when(bx * U + u < H):
-                with layer._rows(tirx.min(n - ps * rows, rows), br, ctx["slots"]) as q:
+                with layer.rows(tirx.min(n - ps * rows, rows), br, ctx["slots"]) as q:
                     lb = br + q * ctx["slots"]
                     part = [_load(tile(bx, k, lb, u)) for k in range(G)]
                     store(a["dh0"], (ps * rows + lb, bx * U + u), ((part[0] + part[1]) + part[2]) + part[3])
