@@ -25,9 +25,8 @@ from tvm import DataType, tirx
 from tvm.script.ir_builder import tirx as T
 
 from ...te_defs import _lstm_layer as L
-from ...te_defs import _tir
+from ...te_defs import _tir, matmul
 from ...te_defs._tir import loop, store
-from ...te_defs import matmul
 from ._util import warp_size
 
 M, N = 16, 8  # rows and columns of one mma.sync's tile
@@ -66,8 +65,11 @@ def c_element(lane, reg):
 
 
 def registers(target, dtype: str) -> tuple[int, int, int]:
-    """Elements of A, B and C a lane holds: each tile spread over the warp's lanes."""
+    """Elements of A, B and C a lane holds: each tile spread over the warp's lanes (the layouts above
+    are for N groups of GROUP lanes)."""
     warp = warp_size(target)
+    if warp != N * GROUP:
+        raise ValueError(f"warp size: expected the {N * GROUP} lanes of mma.sync's fragment layouts, got {warp}")
     return M * K[dtype] // warp, K[dtype] * N // warp, M * N // warp
 
 
@@ -76,7 +78,7 @@ def tf32_word(bits):
     NaN (bits above infinity's, sign aside) gets the quiet bit and no rounding increment, any other
     value half a TF32 unit (infinity stays), then the low 13 bits go: a few integer instructions a
     value, no branches, in the loop over k.  The same bits as ``tf32_expr`` for all 2^32 patterns
-    (checked against ``matmul.tf32`` in numpy, 190 s: tests check the special values)."""
+    (checked once against ``matmul.tf32`` in numpy; the tests check a NaN whose payload TF32 drops)."""
     def u(v):
         return tirx.const(v, "uint32")
     nan = ((bits & u(0x7FFFFFFF)) > u(matmul.EXPONENT)).astype("uint32")
@@ -173,13 +175,20 @@ def _emulate(grid, dtype, i, lane, regs_c, extent, group, padded, a, b, put) -> 
 
 
 def tile_shape(layer, target) -> tuple[int, int, tuple[int, ...]]:
-    """The ``tensor_cores`` entry's passes of ``layer`` (a rule) over a step's rows: (tile products a pass, rows a pass,
-    the shared float32 tile its accumulators go to).  A pass's tiles are whole m16n8 tiles of the
-    block's outputs (forward: 4 gates x UNITS units, gate-major, as the slice; backward: per gate
-    block its UNITS columns, padded to 8), one per warp where the warps outnumber one row tile's:
-    as many 16-row tiles a pass as that leaves (forward, 4 warps, UNITS 4: 2 row tiles, 32 rows;
-    backward: 4 gates x 1 tile each, 16 rows).  A warp runs each of its tiles' sums over all of H
-    (no split of K across warps, nothing to reduce), so a sum is the same whatever the grid."""
+    """The ``tensor_cores`` entry's passes of ``layer`` (a rule) over a step's rows: (tile products a
+    pass, rows a pass, the shared float32 tile its accumulators go to).  A pass's tiles are whole m16n8
+    tiles of the block's outputs (forward: 4 gates x UNITS units, gate-major, as the slice; backward:
+    per gate block its UNITS columns, padded to 8), one per warp where the warps outnumber one row
+    tile's: as many 16-row tiles a pass as that leaves (forward, 4 warps, UNITS 4: 2 row tiles, 32
+    rows; backward: 4 gates x 1 tile each, 16 rows).
+
+    Why this tiling: a warp runs each of its tiles' sums over all of H, so no sum is split across
+    warps (no reduction, no barrier more, a sum the same whatever the grid), and every warp has a
+    tile at B <= 32 (one pass at the full LSTM's B = 32).  The backward's tiles are per gate block,
+    so a tile's sum is one block's sum of the definition, the four then added i, f, g, o; with
+    UNITS 4 half of each tile's columns are padding (an mma has 8), the price of a block's units.
+    The unit loop the CUDA-core entry has per thread becomes the warp's k loop: H / 8 (TF32) or
+    H / 16 (float16) instructions a tile a step."""
     U, threads, _ = layer.shape(target)
     if layer.op == "lstm_layer_forward":
         if G * U % N:
