@@ -9,6 +9,7 @@ import numpy as np
 from tvm import tirx
 
 from ._tir import store
+from .matmul import tf32
 
 DTYPE = "float32"
 ACC = "float32"  # every arithmetic of the layer, whatever the storage dtype
@@ -151,8 +152,6 @@ def _as_given(v):
 def tensor_core_operand(v):
     """``v`` as the ``tensor_cores`` entries' products take it (``TENSOR_CORE_SUMS``), in float64: its
     float32 value rounded to TF32 (exact for float16 values)."""
-    from .matmul import tf32
-
     return tf32(v).astype(np.float64)
 
 
