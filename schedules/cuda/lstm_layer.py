@@ -362,7 +362,7 @@ class LstmLayerForward(_Layer):
                     _chunked_sums(grid, H, ctx["chunk"], lambda r: [L.wide(self.h_prev(ctx, b, r))], add)
 
                 self.w_hh_sums(ctx["w_slice"], lambda wsh, index: sums(lambda k, r: L.wide(wsh[index(bx, k, u, r)])),
-                           lambda: sums(lambda k, r: L.wide(a["w_hh"][k, j, r])))
+                               lambda: sums(lambda k, r: L.wide(a["w_hh"][k, j, r])))
                 self.cell(ctx, b, j, lambda k: acc[k])
 
     @staticmethod
@@ -470,9 +470,9 @@ class LstmLayerBackward(_Layer):
                                         _chunked_sums(grid, H, chunk, lambda j: [
                                             L.wide(a["dgates"][tt, b, k, j]) for k in range(G)], add)
 
-                                    self.w_hh_sums(w_slice,
-                                               lambda wsh, index: sums(lambda k, j: L.wide(wsh[index(bx, k, u, j)])),
-                                               lambda: sums(lambda k, j: L.wide(a["w_hh"][k, j, r])))
+                                    self.w_hh_sums(
+                                        w_slice, lambda wsh, index: sums(lambda k, j: L.wide(wsh[index(bx, k, u, j)])),
+                                        lambda: sums(lambda k, j: L.wide(a["w_hh"][k, j, r])))
                                     store(a["dh0"], (b, r), ((part[0] + part[1]) + part[2]) + part[3])
 
                         grid.phase(cell)

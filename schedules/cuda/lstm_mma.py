@@ -246,7 +246,7 @@ def forward_passes(layer, ctx, target, tile) -> None:
                 product(grid, target, dtype, tx, tiles, H, a_value, lambda i, r, col: weight(*column(i, col), r), put,
                         on_chip)
             layer.w_hh_sums(ctx["w_slice"], lambda wsh, index: run(lambda k, u, r: wsh[index(bx, k, u, r)], True),
-                        lambda: run(lambda k, u, r: a["w_hh"][k, tirx.min(bx * U + u, H - 1), r]))
+                            lambda: run(lambda k, u, r: a["w_hh"][k, tirx.min(bx * U + u, H - 1), r]))
 
         def cell(bx, tx):
             u, br = tx % U, tx // U
@@ -287,7 +287,7 @@ def backward_passes(layer, ctx, target, tile) -> None:
                 product(grid, target, dtype, tx, tiles, H, a_value, lambda i, j, col: weight(
                     where(i)[1], tirx.min(where(i)[2] * N + col, U - 1), j), put, on_chip)
             layer.w_hh_sums(ctx["w_slice"], lambda wsh, index: run(lambda k, u, j: wsh[index(bx, k, u, j)], True),
-                        lambda: run(lambda k, u, j: a["w_hh"][k, j, tirx.min(bx * U + u, H - 1)]))
+                            lambda: run(lambda k, u, j: a["w_hh"][k, j, tirx.min(bx * U + u, H - 1)]))
 
         def add(bx, tx):
             u, br = tx % U, tx // U
