@@ -283,6 +283,30 @@ def test_tensor_core_sums_the_same_bits_for_two_grid_sizes(tensor_core_nests, op
                     dims, name)
 
 
+def test_the_tensor_core_fragments_are_ptxs_layouts():
+    """lstm_mma's (lane, register) -> element maps: TF32 A, B and C those of the GEMM's mma_tf32
+    (tests/test_cuda_matmul.py checks them against PTX's table), float16 A the inverse of mma_16bit's
+    index (TVM's ldmatrix layout, PTX's m16n8k16 A); each covers its tile once."""
+    from fusedgrad.schedules.cuda import mma_16bit, mma_tf32
+
+    lanes = range(32)
+    for dtype in ("float32", "float16"):
+        regs_a, regs_b, regs_c = lstm_mma.registers(None, dtype)
+        k = lstm_mma.K[dtype]
+        for element, regs, count in ((lambda l, r: lstm_mma.a_element(dtype, l, r), regs_a, 16 * k),
+                                     (lambda l, r: lstm_mma.b_element(dtype, l, r), regs_b, k * 8),
+                                     (lstm_mma.c_element, regs_c, 16 * 8)):
+            assert len({element(l, r) for l in lanes for r in range(regs)}) == count == 32 * regs
+    for lane in lanes:
+        for r in range(4):
+            assert lstm_mma.a_element("float32", lane, r) == mma_tf32.a_element(lane, r)
+            assert lstm_mma.c_element(lane, r) == mma_tf32.c_element(lane, r)
+        for r in range(2):
+            assert lstm_mma.b_element("float32", lane, r) == mma_tf32.b_element(lane, r)
+        for r in range(8):
+            assert mma_16bit.index(*lstm_mma.a_element("float16", lane, r)) == (lane, r)
+
+
 def test_the_block_shape_comes_from_the_cuda_target():
     """UNITS = warp / 8 (half a warp's lanes over the 4 gates), four warps a block."""
     spec = targets.get("cuda").tvm_target()
