@@ -247,7 +247,9 @@ def parse_ptxas_report(text: str) -> dict:
     return report
 
 
-_LAUNCH = re.compile(r'extern "C" __global__ void __launch_bounds__\((\d+)\) (\w+)\(')
+# __launch_bounds__(max threads) or (max threads, min blocks a SM): the persistent layer kernels'
+# tensor_cores entries give the second (schedules/cuda/lstm_mma.py MIN_BLOCKS)
+_LAUNCH = re.compile(r'extern "C" __global__ void __launch_bounds__\((\d+)(?:, \d+)?\) (\w+)\(')
 
 
 def kernels_in_source(source: str) -> dict[str, int]:

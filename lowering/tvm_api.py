@@ -25,6 +25,8 @@ work on (tests/test_imports.py keeps this list true):
   loops of hidden-unit chunks inside it), for the same reason.
 - schedules/cuda/lstm_layer.py: the same for CUDA (one persistent kernel per layer and direction,
   a grid barrier between steps), for the same reason.
+- schedules/cuda/lstm_mma.py: the recurrent sums of its ``tensor_cores`` entries (mma.sync on
+  fragments in registers), in the same IR builder loop nest.
 - lowering/tuning_kernels.py: fixes a kernel at the tuned shape and builds and times the
   candidates meta-schedule measures.
 - schedules/tir_api.py: what schedule rules need of TVM's API (PrimFuncs tagged with their op and

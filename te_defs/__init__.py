@@ -130,7 +130,8 @@ class OpDef:
     CUDA layer kernels' ``w_hh_global``, W_hh read from global memory where the on-chip slice makes
     the grid too large).  They are not in ``variants`` (what every target builds and every caller
     passes); a target that builds one has each of the op's variants with the flag set too
-    (:meth:`variants_for`), and its rule reads it as a schedule flag.
+    (:meth:`variants_for`), and its rule reads it as a schedule flag.  They exclude each other: an
+    entry point sets at most one, so each flag adds one entry per variant, not every combination.
 
     ``short`` is the op's short name in the C libraries' symbols (``lcg``: ``fg_lcg_float32``,
     ``FG_LCG_OK``).  ``partial_rows`` is part of the summation order: the op's column sums over
@@ -168,12 +169,12 @@ class OpDef:
         return flags, tuple(k for k in scheduling if variant.get(k, False))
 
     def variants_for(self, target: str) -> tuple[dict[str, bool], ...]:
-        """The variants ``target`` builds: ``variants``, then each of them with a ``target_flags`` flag
-        the target builds set (flags of ``target_flags`` left out are False)."""
+        """The variants ``target`` builds: ``variants``, then each of them with one ``target_flags`` flag
+        the target builds set, flag by flag (the flags exclude each other; those left out are False)."""
         out = [dict(v) for v in self.variants]
         for flag, names in self.target_flags.items():
             if target in names:
-                out += [{**v, flag: True} for v in out]
+                out += [{**v, flag: True} for v in self.variants]
         return tuple(out)
 
     def full_variant(self, variant: Mapping[str, bool]) -> dict[str, bool]:

@@ -9,6 +9,7 @@ import numpy as np
 from tvm import tirx
 
 from ._tir import BFLOAT16_BITS, store, widen_bfloat16
+from .matmul import tf32
 
 DTYPE = "float32"
 ACC = "float32"  # every arithmetic of the layer, whatever the storage dtype
@@ -17,7 +18,23 @@ GATES = ("i", "f", "g", "o")  # the order of the four gate blocks of W and of th
 # the CUDA entry points reading W_hh from global memory (schedules/cuda/lstm_layer.py), which the full
 # LSTM launches where the grid with W_hh's slice on chip cannot be resident (OpDef.target_flags)
 W_HH_GLOBAL = "w_hh_global"
-TARGET_FLAGS = {W_HH_GLOBAL: ("cuda",)}
+# the CUDA entry points whose recurrent sums run on the tensor cores (mma.sync; the full LSTM launches
+# them where its GEMMs run there too, B >= 16 and the on-chip grid is resident): their sums are
+# TENSOR_CORE_SUMS, not the definitions' (the flags exclude each other: OpDef.target_flags)
+TENSOR_CORES = "tensor_cores"
+TARGET_FLAGS = {W_HH_GLOBAL: ("cuda",), TENSOR_CORES: ("cuda",)}
+TENSOR_CORE_MIN_BATCH = 16  # an mma tile's rows: the least batch the full LSTM takes those entries at
+TENSOR_CORE_SUMS = """With the schedule flag ``tensor_cores`` (CUDA only) the recurrent sums are those of the
+tensor cores' ``mma.sync`` (m16n8k8 TF32 for float32 storage, m16n8k16 for float16), not the order
+above.  The operands as the tensor cores take them: float32 storage rounds both (the running state and
+W_hh) to TF32 (``te_defs.matmul.tf32_expr``: to nearest, ties away from zero; NaN and infinity kept,
+so they propagate), float16 storage takes them exactly.  The products are exact in float32 and summed
+in float32 per k group of 8 (TF32) or 16 (float16) consecutive terms, each group's sum added to the
+running sum in increasing k (the order within a group is the hardware's; the host emulation adds in
+increasing k); the rows are padded to 16 and the terms past H with zeros.  The same bits every run
+and for any grid size (one warp runs a whole sum), but not the bits of the entry without the flag.
+The full LSTM runs its float32 layer kernels for 16-bit calls too (inputs widened): there the TF32
+rounding of W_hh (16-bit values) is exact, that of the float32 state is not."""
 # the layer ops' named shapes (tests, benchmarks, generate's check)
 SHAPES = {
     "T=1 B=1 H=1": {"T": 1, "B": 1, "H": 1},
@@ -131,9 +148,25 @@ def _sig(v):
     return 1.0 / (1.0 + np.exp(-v))
 
 
-def forward_reference(xw, w_hh, h0, c0, batch_sizes, reverse: bool):
+def _as_given(v):
+    return v
+
+
+def tensor_core_operand(v):
+    """``v`` as the ``tensor_cores`` entries' products take it (``TENSOR_CORE_SUMS``), in float64: its
+    float32 value rounded to TF32 (exact for float16 values)."""
+    return tf32(v).astype(np.float64)
+
+
+def operand_for(tensor_cores: bool):
+    """What a reference's recurrent product takes of its operands with the schedule flag or without."""
+    return tensor_core_operand if tensor_cores else _as_given
+
+
+def forward_reference(xw, w_hh, h0, c0, batch_sizes, reverse: bool, operand=_as_given):
     """The layer forward in float64: {h, c, i, f, g, o, tanhc: [T, B, H], hy, cy: [B, H]}; rows past
-    a step's batch size are zero there and keep their state."""
+    a step's batch size are zero there and keep their state.  ``operand``: what the recurrent product
+    takes of h_prev and W_hh (e.g. their TF32 rounding, ``TENSOR_CORE_SUMS``)."""
     T, B, H4 = xw.shape
     H = H4 // 4
     out = {k: np.zeros((T, B, H)) for k in ("h", "c") + GATES + ("tanhc",)}
@@ -141,7 +174,7 @@ def forward_reference(xw, w_hh, h0, c0, batch_sizes, reverse: bool):
     for t in range(T):
         tt = step_index(t, T, reverse)
         n = int(batch_sizes[tt])
-        pre = xw[tt, :n] + h[:n] @ w_hh.T
+        pre = xw[tt, :n] + operand(h[:n]) @ operand(w_hh).T
         i, f, g, o = _sig(pre[:, :H]), _sig(pre[:, H:2 * H]), np.tanh(pre[:, 2 * H:3 * H]), _sig(pre[:, 3 * H:])
         c[:n] = f * c[:n] + i * g
         tc = np.tanh(c[:n])
@@ -152,9 +185,11 @@ def forward_reference(xw, w_hh, h0, c0, batch_sizes, reverse: bool):
     return out
 
 
-def backward_reference(dy, w_hh, c, c0, i, f, g, o, tanhc, grad_hy, grad_cy, batch_sizes, reverse: bool):
+def backward_reference(dy, w_hh, c, c0, i, f, g, o, tanhc, grad_hy, grad_cy, batch_sizes, reverse: bool,
+                       operand=_as_given):
     """The layer backward through time in float64: {dgates [T, B, 4H], dgates_t [4H, T, B],
-    dh0, dc0 [B, H]} (dh0, dc0: the gradients w.r.t. each row's initial state)."""
+    dh0, dc0 [B, H]} (dh0, dc0: the gradients w.r.t. each row's initial state); ``operand`` as
+    ``forward_reference``'s, of dgates and W_hh."""
     T, B, H = dy.shape
     dgates = np.zeros((T, B, 4 * H))
     dh, dc = np.array(grad_hy, dtype=np.float64), np.array(grad_cy, dtype=np.float64)
@@ -173,7 +208,7 @@ def backward_reference(dy, w_hh, c, c0, i, f, g, o, tanhc, grad_hy, grad_cy, bat
                             dh_t * tanhc[tt, :n] * oo * (1 - oo)], axis=1)
         dgates[tt, :n] = d
         dc[:n] = dc_t * ff
-        dh[:n] = d @ w_hh
+        dh[:n] = operand(d) @ operand(w_hh)
     return {"dgates": dgates, "dgates_t": dgates.transpose(2, 0, 1).copy(), "dh0": dh, "dc0": dc}
 
 

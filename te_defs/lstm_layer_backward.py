@@ -32,6 +32,10 @@ and the sums in float32, each stored value rounded once (dgates, dgates_t, dh0, 
 state between steps is the stored one: dh, dc are read back from dh0, dc0, and dh sums the stored
 dgates, so in 16 bits the recurrence runs on rounded gradients (what a half backward with half
 outputs computes).
+
+Schedule flag ``tensor_cores`` (CUDA): each gate block's sum Σ_j dgates[b, k, j]·W_hh[k·H + j, :] as
+the tensor cores compute it (``_lstm_layer.TENSOR_CORE_SUMS``: the stored dgates and W_hh the
+operands), the blocks then added i, f, g, o as above.
 """
 from __future__ import annotations
 
@@ -109,8 +113,10 @@ def compute(dtype: str, reverse: bool):
     return ib.get()
 
 
-def reference(dy, w_hh, c, c0, i, f, g, o, tanhc, grad_hy, grad_cy, batch_sizes, reverse=False, **_):
-    return L.backward_reference(dy, w_hh, c, c0, i, f, g, o, tanhc, grad_hy, grad_cy, batch_sizes, reverse)
+def reference(dy, w_hh, c, c0, i, f, g, o, tanhc, grad_hy, grad_cy, batch_sizes, reverse=False, tensor_cores=False,
+              **_):
+    return L.backward_reference(dy, w_hh, c, c0, i, f, g, o, tanhc, grad_hy, grad_cy, batch_sizes, reverse,
+                                L.operand_for(tensor_cores))
 
 
 def sample(dims, rng):
@@ -160,7 +166,7 @@ OP = register(
         sample=sample,
         nbytes=nbytes,
         shapes=L.SHAPES,
-        doc=__doc__,
+        doc=__doc__ + "\n" + L.TENSOR_CORE_SUMS,
         dtypes=L.DTYPES,
         target_flags=L.TARGET_FLAGS,
     )

@@ -32,6 +32,9 @@ from h of the previous time index, the same half value).
 Written as TIR (TVM's IR builder), not TE: TE cannot express a recurrence that TVM 0.27 lowers
 (``create_prim_func`` refuses ``te.scan``).  This definition is the plain loop nest; a target's
 schedule rule builds its own loop nest around the same expressions (``_lstm_layer``).
+
+Schedule flag ``tensor_cores`` (CUDA): the gate sums Σ_r h_prev[b, r]·W_hh[k·H + j, r] as the tensor
+cores compute them (``_lstm_layer.TENSOR_CORE_SUMS``: h_prev and W_hh the operands), the rest as above.
 """
 from __future__ import annotations
 
@@ -101,8 +104,8 @@ def _cell_or_zero(a, gates, tt, b, j, running, train: bool) -> None:
                 store(a[name], (tt, b, j), T.float32(0))
 
 
-def reference(xw, w_hh, h0, c0, batch_sizes, train=True, reverse=False, **_):
-    out = L.forward_reference(xw, w_hh, h0, c0, batch_sizes, reverse)
+def reference(xw, w_hh, h0, c0, batch_sizes, train=True, reverse=False, tensor_cores=False, **_):
+    out = L.forward_reference(xw, w_hh, h0, c0, batch_sizes, reverse, L.operand_for(tensor_cores))
     if not train:
         out = {k: out[k] for k in ("h", "hy", "cy")}
     return out
@@ -146,7 +149,7 @@ OP = register(
         sample=sample,
         nbytes=nbytes,
         shapes=L.SHAPES,
-        doc=__doc__,
+        doc=__doc__ + "\n" + L.TENSOR_CORE_SUMS,
         dtypes=L.DTYPES,
         target_flags=L.TARGET_FLAGS,
     )

@@ -7,6 +7,7 @@ What needs a GPU (the kernels on the device, their speed against cuDNN) is bench
 """
 from __future__ import annotations
 
+import math
 import os
 import shutil
 
@@ -19,7 +20,8 @@ import build_cache
 from fusedgrad import api, runtime, schedules, targets, te_defs
 from fusedgrad.lowering import build, cuda, intrinsics, naming, tvm_api
 from fusedgrad.schedules import tir_api
-from fusedgrad.schedules.cuda import lstm_layer
+from fusedgrad.schedules.cuda import lstm_layer, lstm_mma
+from fusedgrad.te_defs import _lstm_layer as L
 
 NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc (CUDA toolkit) is not installed on this machine")
@@ -33,26 +35,36 @@ SHAPES = [
 ]
 TOL = 2e-6
 DEFINITION = "definition"  # _library's rule for the definition's plain loop nest
+TC = L.TENSOR_CORES
 
 
-def _library(op_name, rule=None, dtype="float32"):
+def _flag(variant):
+    """The target flag a CUDA entry's variant sets (they exclude each other), None for none."""
+    return next((k for k in L.TARGET_FLAGS if variant.get(k)), None)
+
+
+def _library(op_name, rule=None, dtype="float32", flags=(None, L.W_HH_GLOBAL), keep=lambda v: True):
     """The op's CUDA rule (or ``rule``; DEFINITION: the definition's plain loop nest) applied for the
     host CPU and compiled there, as an llvm artifact of ``dtype``, with the CPU's intrinsic lowerings
     (its tanh) installed first, as every CPU build has them: the process-wide registration would
-    otherwise depend on whether a CPU library was built before."""
+    otherwise depend on whether a CPU library was built before.  Only the entries whose target flag
+    is in ``flags`` (None: the entry without one) and whose variant ``keep`` takes: a build costs."""
     op = te_defs.get(op_name)
     intrinsics.install("llvm", dict(targets.get("llvm").intrinsics))
+    wanted = [v for v in op.variants_for("cuda") if _flag(v) in flags and keep(v)]
     if rule is None:
         funcs, _ = build.schedule_variants(op_name, "cuda", dtype, emulate_on_host=True)
+        funcs = {s: f for s, f in funcs.items() if f[1] in wanted}
     else:  # what schedule_variants does, with ``rule`` (its knobs) instead of the package's
         host = tvm_api.target(targets.get("llvm").tvm_target())
         funcs = {}
-        for variant in op.variants:
-            compute_flags, _ = op.split_variant(variant)
+        for variant in wanted if rule is not DEFINITION else op.variants:
+            compute_flags, schedule_flags = op.split_variant(variant)
             symbol = naming.entry_symbol(op_name, dtype, variant)
             strided = [t.name for t in op.inputs if op.present(t, variant)]
             strided += [t.name for t in op.outputs if t.strided and op.present(t, variant)]
-            func = tir_api.prim_func(op.compute(dtype, **compute_flags), symbol, op_name, strided=strided)
+            func = tir_api.prim_func(op.compute(dtype, **compute_flags), symbol, op_name, strided=strided,
+                                     schedule_flags=schedule_flags)
             if rule is not DEFINITION:
                 func = rule.apply(func, host).mod["main"].with_attr("global_symbol", symbol)
             funcs[symbol] = (func, dict(variant), type(rule).__name__ if rule is not DEFINITION else DEFINITION)
@@ -134,7 +146,7 @@ def test_16bit_loop_nest_gives_the_definitions_bits(op_name, dtype, shapes, tol,
     monkeypatch.setitem(registry._REGISTRY, "llvm", replace(targets.get("llvm"), op_dtypes={}))  # api.run's check
     op = te_defs.get(op_name)
     np_dtype = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}[dtype]
-    nest, definition = _library(op_name, dtype=dtype), _library(op_name, DEFINITION, dtype=dtype)
+    nest, definition = _library(op_name, dtype=dtype, flags=(None,)), _library(op_name, DEFINITION, dtype=dtype)
     first = op.inputs[0].name
     for dims, nan in [(d, False) for d in shapes] + [(ODD, True)]:
         s = op.sample(dims, np.random.default_rng(dims["H"]))
@@ -211,9 +223,9 @@ def test_same_bits_for_two_grid_sizes(emulated, op_name, monkeypatch):
     monkeypatch.setenv(targets.CUDA_ARCH_ENV, "sm_72")
     small = rule({"UNITS": 8, "WARPS": 1, "CHUNK": 1})
     assert small.shared_capacity(None) == 384 * 8 * 4
-    others = [_library(op_name, small)]
+    others = [_library(op_name, small, flags=(None,))]
     monkeypatch.delenv(targets.CUDA_ARCH_ENV)
-    others.append(_library(op_name, rule({"CHUNK": 5})))
+    others.append(_library(op_name, rule({"CHUNK": 5}), flags=(None,)))
     assert rule().shared_capacity(None) >= 400 * 4 * 4
     for dims in ({"T": 6, "B": 11, "H": 37}, {"T": 3, "B": 4, "H": 400}):
         a = _inputs(op, dims, seed=5)
@@ -233,7 +245,8 @@ def test_the_w_hh_global_entry_gives_the_on_chip_entrys_bits(emulated, op_name):
     from global memory) gives every variant the same bits as the entry with the slice on
     chip, at an H where the slice fits (one load chunk and a tail); the CPU and DSP build no such entry."""
     op = te_defs.get(op_name)
-    assert op.variants_for("cuda") == op.variants + tuple({**v, "w_hh_global": True} for v in op.variants)
+    assert op.variants_for("cuda") == op.variants + tuple({**v, "w_hh_global": True} for v in op.variants) + tuple(
+        {**v, TC: True} for v in op.variants)  # one flag an entry: no entry sets both
     assert op.variants_for("llvm") == op.variants_for("dsp") == op.variants
     rule = lstm_layer.LstmLayerForward() if op_name == OPS[0] else lstm_layer.LstmLayerBackward()
     record = rule.dynamic_shared(None, "float32", w_hh_global=True)
@@ -247,6 +260,138 @@ def test_the_w_hh_global_entry_gives_the_on_chip_entrys_bits(emulated, op_name):
             if value is not None:
                 assert (np.asarray(value).view(np.uint32) == np.asarray(off_chip[name]).view(np.uint32)).all(), (
                     variant, name)
+
+
+@pytest.fixture(scope="module")
+def tensor_core_nests():
+    """The ``tensor_cores`` entries' loop nests on the host (their tiles' sums in the model the
+    definitions state), built once per op."""
+    cache = {}
+
+    def get(op_name):
+        if op_name not in cache:
+            cache[op_name] = _library(op_name, flags=(TC,))
+        return cache[op_name]
+    return get
+
+
+# Against te_defs' float64 recurrence with the operands TF32-rounded (reference(tensor_cores=True)):
+# the sums are float32 (about 1e-7 relative here), but where a float32 state value and the reference's
+# float64 one lie on either side of a TF32 rounding boundary they round to neighbours and one product
+# moves by a TF32 unit (2^-10 of it): up to 1.4e-5 measured at these shapes.  The CUDA-core entry's
+# unrounded float32 sums are 1.1e-4 to 1.7e-4 from that reference at the same shapes.
+TC_TOL = 3e-5
+NAN_LOW = np.array([0x7F800001], np.uint32).view(np.float32)[0]  # a NaN whose payload TF32 drops
+
+
+@pytest.mark.parametrize("op_name", OPS)
+def test_tensor_core_loop_nest_matches_the_rounded_reference(tensor_core_nests, op_name):
+    """The ``tensor_cores`` entries (every variant) at B = 19 (a padded row tile), H = 37 (not a k group
+    multiple) and at B = 16, H = 20; a NaN whose payload lies only in the bits TF32 drops (a rounding
+    that did not keep NaN would make it infinity) in h0 (forward: that row's outputs, no other) or in
+    W_hh (backward: that column of dh0) propagates."""
+    op = te_defs.get(op_name)
+    lib = tensor_core_nests(op_name)
+    for dims in ({"T": 5, "B": 19, "H": 37}, {"T": 3, "B": 16, "H": 20}):
+        a = _inputs(op, dims, seed=3)
+        exact = {k: v.astype(np.float64) for k, v in a.items()}
+        for variant in op.variants:
+            got = api.run(op_name, a, {}, {**variant, TC: True}, library=lib)
+            ref = op.reference(**exact, **variant, tensor_cores=True)
+            for name, value in got.items():
+                if value is not None:
+                    r = ref[name].reshape(np.shape(value))
+                    err = np.abs(np.asarray(value, np.float64) - r).max() / (np.abs(r).max() + 1.0)
+                    assert err <= TC_TOL, f"{op_name} {dims} {variant} {name}: relative error {err:.2e}"
+    a = _inputs(op, {"T": 3, "B": 16, "H": 20}, seed=4)
+    variant = {**op.variants[0], TC: True}
+    if op_name == OPS[0]:
+        a["h0"][2, 5] = NAN_LOW
+        hy = api.run(op_name, a, {}, variant, library=lib)["hy"]
+        assert np.isnan(hy[2]).all() and np.isfinite(np.delete(hy, 2, axis=0)).all()
+    else:
+        a["w_hh"][1 * 20 + 3, 7] = NAN_LOW  # gate f, unit 3, column 7
+        dh0 = api.run(op_name, a, {}, variant, library=lib)["dh0"]
+        assert np.isnan(dh0[:, 7]).all()
+
+
+@pytest.mark.parametrize("dtype, tol", [(p.values[0], p.values[2]) for p in HALF])
+@pytest.mark.parametrize("op_name", OPS)
+def test_16bit_tensor_core_loop_nest_matches_the_reference(op_name, dtype, tol, monkeypatch):
+    """float16 and bfloat16 storage on the tensor cores (m16n8k16: the stored values are the operands,
+    exact; bfloat16's moved as bits, which TVM's legalization leaves alone): one variant at B = 19 (a
+    padded row tile) and H = 37 (not a k group multiple) within the dtype's precision of the float64
+    reference, as the CUDA-core 16-bit entries are."""
+    from dataclasses import replace
+
+    from fusedgrad.targets import registry
+
+    monkeypatch.setitem(registry._REGISTRY, "llvm", replace(targets.get("llvm"), op_dtypes={}))  # api.run's check
+    op = te_defs.get(op_name)
+    variant = {**op.variants[0], TC: True}
+    lib = _library(op_name, dtype=dtype, flags=(TC,), keep=lambda v: v == variant)
+    np_dtype = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}[dtype]
+    s = op.sample({"T": 3, "B": 19, "H": 37}, np.random.default_rng(8))
+    specs = {t.name: t for t in op.inputs}
+    a = {k: v.astype(specs[k].dtype or np_dtype) for k, v in s.items()}
+    got = api.run(op_name, a, {}, variant, library=lib)
+    ref = op.reference(**{k: v.astype(np.float64) for k, v in a.items()}, **op.variants[0], tensor_cores=True)
+    for name, value in got.items():
+        if value is not None:
+            assert value.dtype == np_dtype
+            r = ref[name].reshape(value.shape)
+            err = np.abs(value.astype(np.float64) - r).max() / (np.abs(r).max() + 1.0)
+            assert err <= tol, f"{op_name} {dtype} {name}: relative error {err:.2e}"
+
+
+@pytest.mark.parametrize("op_name", OPS)
+def test_tensor_core_sums_the_same_bits_for_two_grid_sizes(tensor_core_nests, op_name, monkeypatch):
+    """The derived shape (UNITS 4, four warps: forward 2 row tiles x 2 column tiles a pass, backward
+    4 gates x 1 column tile) against UNITS 8 with one warp taking every tile of a pass (forward 4
+    column tiles, backward 4 gates x 1), built for sm_72 alone, whose slice at H = 400 is past its
+    48 KiB (less the tile): its sums read W_hh from global memory where the derived shape's read the
+    slice.  The same bits: a sum is one warp's, whatever the grid."""
+    op = te_defs.get(op_name)
+    rule = lstm_layer.LstmLayerForward if op_name == OPS[0] else lstm_layer.LstmLayerBackward
+    assert rule().shared_capacity(None, tensor_cores=True) >= 400 * 4 * 4
+    variant = {**op.variants[0], TC: True}
+    monkeypatch.setenv(targets.CUDA_ARCH_ENV, "sm_72")
+    small = rule({"UNITS": 8, "WARPS": 1})
+    assert small.shared_capacity(None, tensor_cores=True) < 400 * 8 * 4
+    other = _library(op_name, small, flags=(TC,), keep=lambda v: v == variant)
+    monkeypatch.delenv(targets.CUDA_ARCH_ENV)
+    for dims in ({"T": 4, "B": 19, "H": 37}, {"T": 2, "B": 17, "H": 400}):
+        a = _inputs(op, dims, seed=6)
+        one = api.run(op_name, a, {}, variant, library=tensor_core_nests(op_name))
+        two = api.run(op_name, a, {}, variant, library=other)
+        for name, value in one.items():
+            if value is not None:
+                assert (np.asarray(value).view(np.uint32) == np.asarray(two[name]).view(np.uint32)).all(), (
+                    dims, name)
+
+
+def test_the_tensor_core_fragments_are_ptxs_layouts():
+    """lstm_mma's (lane, register) -> element maps: TF32 A, B and C those of the GEMM's mma_tf32
+    (tests/test_cuda_matmul.py checks them against PTX's table), float16 A the inverse of mma_16bit's
+    index (TVM's ldmatrix layout, PTX's m16n8k16 A); each covers its tile once."""
+    from fusedgrad.schedules.cuda import mma_16bit, mma_tf32
+
+    lanes = range(32)
+    for dtype in ("float32", "float16"):
+        regs_a, regs_b, regs_c = lstm_mma.registers(None, dtype)
+        k = lstm_mma.K[dtype]
+        for element, regs, count in ((lambda l, r: lstm_mma.a_element(dtype, l, r), regs_a, 16 * k),
+                                     (lambda l, r: lstm_mma.b_element(dtype, l, r), regs_b, k * 8),
+                                     (lstm_mma.c_element, regs_c, 16 * 8)):
+            assert len({element(l, r) for l in lanes for r in range(regs)}) == count == 32 * regs
+    for lane in lanes:
+        for r in range(4):
+            assert lstm_mma.a_element("float32", lane, r) == mma_tf32.a_element(lane, r)
+            assert lstm_mma.c_element(lane, r) == mma_tf32.c_element(lane, r)
+        for r in range(2):
+            assert lstm_mma.b_element("float32", lane, r) == mma_tf32.b_element(lane, r)
+        for r in range(8):
+            assert mma_16bit.index(*lstm_mma.a_element("float16", lane, r)) == (lane, r)
 
 
 def test_the_block_shape_comes_from_the_cuda_target():
@@ -339,11 +484,12 @@ def _at(expr, **sizes) -> int:
 def test_nvcc_builds_for_sm80_and_sm90_within_the_ptxas_limits(op_name, dtype, tmp_path):
     """The artifact's source (what nvcc compiled: the grid barrier in front), a cubin for sm_80 and sm_90
     each, checked against the limits (registers, spills, shared memory); each kernel calls the barrier
-    and keeps its W_hh slice in dynamic shared memory, no static shared memory (ptxas counts none), and
-    the host's launch asks for the dynamic bytes the manifest's record gives at every H, what
-    co-residency counts (the float16 and bfloat16 slices on chip to twice the float32 one's H;
-    bfloat16's holds its bits).  The artifact comes through the suite's build cache (test_cuda_target's
-    artifacts are the same builds)."""
+    and keeps its W_hh slice in dynamic shared memory, no static shared memory (ptxas counts none) but
+    the ``tensor_cores`` entries' tile, whose sums are mma.sync (the others' none), and the host's
+    launch asks for the dynamic bytes the manifest's record gives at every H, what co-residency counts
+    (the float16 and bfloat16 slices on chip to twice the float32 one's H; bfloat16's holds its bits).
+    The artifact comes through the suite's build cache (test_cuda_target's artifacts are the same
+    builds)."""
     funcs, tgt = build.schedule_variants(op_name, "cuda", dtype)
     _, launches = _launches(funcs, tgt)
     entry = build_cache.artifact(op_name, "cuda", dtype, tmp_path)
@@ -352,36 +498,45 @@ def test_nvcc_builds_for_sm80_and_sm90_within_the_ptxas_limits(op_name, dtype, t
     assert set(cuda.kernels_in_source(source)) == {f"{s}_kernel" for s in funcs}
     assert source.count(cuda.GRID_SYNC_NAME + "(") >= len(funcs) + 1  # its definition and a call a kernel
     ctype = {"float32": "float", "float16": "half", "bfloat16": "ushort"}[dtype]
-    on_chip = {s for s, (_, v, _) in funcs.items() if not v.get("w_hh_global")}
-    assert len(on_chip) == len(funcs) // 2  # and as many w_hh_global entries, without shared memory
-    assert source.count(f"extern __shared__ __align__(64) {ctype} w_shared_ptr[];") == len(on_chip)
+    flag = {s: _flag(v) for s, (_, v, _) in funcs.items()}
+    assert sorted(map(str, flag.values())) == sorted(map(str, [None, L.W_HH_GLOBAL, TC] * (len(funcs) // 3)))
+    assert source.count(f"extern __shared__ __align__(64) {ctype} w_shared_ptr[];") == 2 * len(funcs) // 3
     assert "atomic" not in source.split(cuda.GRID_SYNC_END)[1]  # only the barrier's counter is atomic
+    shape = lstm_mma.PTX[dtype][0]
+    for s in funcs:  # a kernel's definition: from its name (after the declaration) to the next kernel
+        body = source.split(f" {s}_kernel(")[2].split('extern "C"')[0]
+        assert (f"mma.sync.aligned.{shape}.row.col.f32" in body) == (flag[s] == TC), s
+    rule = lstm_layer.LstmLayerForward() if op_name == OPS[0] else lstm_layer.LstmLayerBackward()
+    tile_bytes = 4 * math.prod(lstm_mma.tile_shape(rule, tgt)[2])
     kernels = entry["device_kernels"]
     assert {k["name"] for k in kernels} == {f"{s}_kernel" for s in funcs}
     for k in kernels:
+        static = tile_bytes if flag[k["name"].removesuffix("_kernel")] == TC else 0
         for arch in ("sm_80", "sm_90"):
             r = k["arch"][arch]
-            assert r["spill_bytes"] == 0 and r["shared_bytes"] == 0, (k["name"], arch, r)
+            assert r["spill_bytes"] == 0 and r["shared_bytes"] == static, (k["name"], arch, r)
             assert cuda.co_resident_blocks(arch, k["threads"], r["registers"], r["shared_bytes"]) >= 1
     assert len(launches) == len(funcs)
-    rule = lstm_layer.LstmLayerForward()
-    record = rule.dynamic_shared(tgt, dtype)
     for symbol, (f, _, _) in funcs.items():  # the manifest's record: the slice in ``dtype``'s bytes
-        assert build._launch_facts(f)["dynamic_shared"] == (
-            record if symbol in on_chip else rule.dynamic_shared(tgt, dtype, w_hh_global=True))
-    size = record["else"]
-    last = 2608 * 4 // size  # the last H on chip with sm_80 and sm_90 (163 KB)
+        assert build._launch_facts(f)["dynamic_shared"] == rule.dynamic_shared(
+            tgt, dtype, flag[symbol] == L.W_HH_GLOBAL, flag[symbol] == TC)
     for call in launches:
         symbol = call.args[0].value.removesuffix("_kernel")
-        if symbol in on_chip:
+        record = rule.dynamic_shared(tgt, dtype, flag[symbol] == L.W_HH_GLOBAL, flag[symbol] == TC)
+        static = tile_bytes if flag[symbol] == TC else 0
+        size, last = record["else"], record["up_to"] // max(record["bytes_per_h"], 1)
+        if flag[symbol] != L.W_HH_GLOBAL:
             assert list(call.attrs.launch_params)[-1] == "tirx.use_dyn_shared_memory"
-            for H in (1, 37, 800, 2608, last, last + 1, 6000):
+            for H in (1, 37, 800, last, last + 1, 6000):
                 assert _at(call.args[-1], H=H) == cuda.dynamic_shared_bytes(record, H), H
+            assert cuda.dynamic_shared_bytes(record, last) == last * 16 * size
+            assert cuda.dynamic_shared_bytes(record, last + 1) == size
+            assert record["up_to"] + static <= targets.cuda.optin_shared_bytes()
         else:  # no dynamic shared memory: what the w_hh_global record gives at every H
             assert "tirx.use_dyn_shared_memory" not in list(call.attrs.launch_params)
-            assert cuda.dynamic_shared_bytes(rule.dynamic_shared(tgt, dtype, w_hh_global=True), 6000) == 0
-    assert cuda.dynamic_shared_bytes(record, last) == last * 16 * size
-    assert cuda.dynamic_shared_bytes(record, last + 1) == size
+            assert cuda.dynamic_shared_bytes(record, 6000) == 0
+    plain = rule.dynamic_shared(tgt, dtype)
+    assert plain["up_to"] // plain["bytes_per_h"] == 2608 * 4 // plain["else"]  # 163 KB with sm_80 and sm_90
 
 
 def test_launch_check_takes_the_kernels_ptxas_resources_for_the_device():
@@ -405,16 +560,19 @@ def test_launch_check_takes_the_kernels_ptxas_resources_for_the_device():
 def test_the_manifest_records_the_units_a_block_owns(op_name):
     """The loader finds a layer kernel's grid (ceil(H / units) blocks) from the manifest's grid_units,
     and a launch's dynamic shared memory from its dynamic_shared, set by the rule from its block shape
-    and the archs built: the GPU machine's runtime has no TVM compiler to ask the schedule.  Kernels
-    without a grid barrier record neither."""
+    and the archs built: the GPU machine's runtime has no TVM compiler to ask the schedule (the
+    ``tensor_cores`` entry's slice on chip to the opt-in less its 2 KiB tile of accumulators: 32 rows x
+    16 columns forward, 4 gates x 16 rows x 8 columns backward).  Kernels without a grid barrier record
+    neither."""
     funcs, tgt = build.schedule_variants(op_name, "cuda", "float32")
     rule = lstm_layer.LstmLayerForward() if op_name.endswith("forward") else lstm_layer.LstmLayerBackward()
     units = rule.shape(tgt)[0]
     assert units == rule.knob("UNITS", tgt)
     assert [v for _, v, _ in funcs.values()] == list(te_defs.get(op_name).variants_for("cuda"))
+    assert 4 * math.prod(lstm_mma.tile_shape(rule, tgt)[2]) == 2048
     for f, v, _ in funcs.values():  # the w_hh_global entry keeps no slice: one value at every H
         assert build._launch_facts(f) == {"grid_units": units, "dynamic_shared": {
-            "bytes_per_h": 4 * units * 4, "up_to": targets.cuda.optin_shared_bytes(), "else": 4}
+            "bytes_per_h": 4 * units * 4, "up_to": targets.cuda.optin_shared_bytes() - 2048 * v.get(TC, 0), "else": 4}
             if not v.get("w_hh_global") else {"bytes_per_h": 0, "up_to": 0, "else": 0}}
     cell, _ = build.schedule_variants("lstm_cell_forward", "cuda", "float32")
     assert all(build._launch_facts(f) == {} for f, _, _ in cell.values())
@@ -486,6 +644,45 @@ def test_the_launch_takes_the_slice_on_chip_where_that_grid_fits_else_global_w_h
         cuda.persistent_choice(entry, ["fg_x"], 1280, (9, 0), 132)
     with pytest.raises(cuda.CoResidencyError, match=r"H = 6400: fg_x: .*1600 blocks .* at most 1584.* -- fg_x_g: .*1600"):
         launch("xw", torch.empty(4 * 6400, 6400))
+
+def test_the_full_lstm_takes_the_tensor_core_entry_where_its_gemms_run_there(on_h200, monkeypatch):
+    """fusedgrad/lstm/buffers.py, from the manifest (no GPU): a call whose GEMMs run on the tensor cores
+    (``gemm_dtype`` set) launches a layer kernel's ``tensor_cores`` entry where B >= 16 and that grid is
+    resident on the device, else what any call takes (the slice on chip, else global W_hh).  On an H200
+    (132 SMs of 228 KiB, 1 KiB reserved a block; 4 units a block): H = 1024 fits both on-chip grids,
+    three blocks a SM; at H = 1184 (296 blocks) the on-chip one still does (75 KiB a block) but with the
+    2 KiB tile two a SM (264) do: the slice on chip without the tensor cores; H = 1280 neither: global."""
+    from types import SimpleNamespace
+
+    torch, buffers = on_h200
+    op_name = OPS[0]
+    rule = lstm_layer.LstmLayerForward()
+    variant = te_defs.get(op_name).variants[0]
+    kinds = {None: {}, L.W_HH_GLOBAL: {"w_hh_global": True}, TC: {"tensor_cores": True}}
+    symbols = {k: naming.entry_symbol(op_name, "float32", {**variant, **flags}) for k, flags in kinds.items()}
+    entry = {"library": "x.so", "kernels": [], "device_kernels": []}
+    for k, symbol in symbols.items():
+        entry["kernels"].append({"symbol": symbol, "grid_units": 4, "dynamic_shared": rule.dynamic_shared(
+            None, "float32", k == L.W_HH_GLOBAL, k == TC)})
+        entry["device_kernels"].append({"name": f"{symbol}_kernel", "threads": 128, "arch": {
+            "sm_90": {"registers": 64, "shared_bytes": 2048 if k == TC else 0}}})
+    art = SimpleNamespace(entry=entry, kernel=lambda v: SimpleNamespace(
+        symbol=naming.entry_symbol(op_name, "float32", v), func=lambda *a: naming.entry_symbol(op_name, "float32", v)))
+    monkeypatch.setattr(runtime, "artifact", lambda *key: art)
+    fresh = buffers.kernel.__wrapped__  # not the process's cache
+    for tensor_cores, B, H, want in ((True, 16, 1024, TC), (True, 15, 1024, None), (False, 32, 1024, None),
+                                     (True, 32, 1184, None), (True, 32, 1280, L.W_HH_GLOBAL)):
+        launch = fresh(op_name, "cuda", "float32", tensor_cores, **variant)
+        assert launch(torch.empty(0, B), torch.empty(0, H)) == symbols[want], (tensor_cores, B, H)
+    seen = []
+    monkeypatch.setattr(buffers, "kernel", lambda op, target, dtype, **flags: seen.append((op, flags)))
+    for gemm_dtype in ("float32", None):
+        arrays = buffers.TorchArrays(torch.device("cpu"), gemm_dtype)
+        arrays.kernel(op_name, **variant)
+        arrays.kernel("matmul_packed", has_bias=False)
+    assert seen == [(op_name, {"tensor_cores": True, **variant}), ("matmul_packed", {"has_bias": False}),
+                    (op_name, variant), ("matmul_packed", {"has_bias": False})]
+
 
 def test_the_committed_sources_define_the_grid_barrier_they_call():
     """generated/cuda's .cu files are what a user compiles: one that calls the grid barrier carries its

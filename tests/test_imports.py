@@ -37,6 +37,7 @@ TVM_FACING = {
     "fusedgrad.schedules.llvm.lstm_layer": "builds the LSTM layer's loop nest with TVM's IR builder",
     "fusedgrad.schedules.dsp.lstm_layer": "builds the LSTM layer's loop nest with TVM's IR builder",
     "fusedgrad.schedules.cuda.lstm_layer": "builds the LSTM layer's loop nest with TVM's IR builder",
+    "fusedgrad.schedules.cuda.lstm_mma": "builds the layer kernels' tensor-core sums with TVM's IR builder",
     "fusedgrad.lowering.tuning_kernels": "fixes and builds kernels for meta-schedule's measurements",
     "fusedgrad.schedules.tir_rewrite": "rewrites TIR as IR (variables, buffers, joined schedules)",
 }

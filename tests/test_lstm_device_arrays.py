@@ -268,11 +268,24 @@ def _on_cuda_loop_nests(cfg, dtype, cuda_loop_nests, monkeypatch, tf32=False):
     real = LB.kernel
     launched = set()
 
-    def kernel(op, target="llvm", dtype="float32", **variant):
+    def kernel(op, target="llvm", dtype="float32", tensor_cores=False, **variant):
         if target != "cuda":
-            return real(op, target, dtype, **variant)
+            return real(op, target, dtype, tensor_cores, **variant)
         launched.add((op, dtype, variant.get("few_rows", False)))
-        return cuda_loop_nests(op, dtype).kernel(op, dtype, variant, "llvm").func
+        lib = cuda_loop_nests(op, dtype)
+        plain = lib.kernel(op, dtype, variant, "llvm").func
+        if not tensor_cores:
+            return plain
+        # a layer kernel's tensor_cores entry where buffers._co_resident takes it (the batch: the first
+        # argument's second dimension)
+        tiles = lib.kernel(op, dtype, {**variant, "tensor_cores": True}, "llvm").func
+
+        def call(*args):
+            if args[0].shape[1] < LB.TENSOR_CORE_MIN_BATCH:
+                return plain(*args)
+            launched.add((op, dtype, "tensor_cores"))
+            return tiles(*args)
+        return call
 
     monkeypatch.setattr(inputs, "arrays_for", arrays_for)
     monkeypatch.setattr(LB, "kernel", kernel)
@@ -319,6 +332,15 @@ def test_a_float32_lstm_on_a_gpu_runs_tf32_gemms_where_cudnn_would(cfg, cuda_loo
     launched = _on_cuda_loop_nests(cfg, "float32", cuda_loop_nests, monkeypatch, tf32=True)
     assert {op for op, _, _ in launched} == {"matmul", "lstm_layer_forward", "lstm_layer_backward", "column_sum"}
     assert {d for op, d, _ in launched if op == "matmul"} == {"float32"}
+
+
+def test_a_tf32_lstm_of_16_rows_takes_the_layer_kernels_tensor_core_entry(cuda_loop_nests, monkeypatch):
+    """B >= 16 with TF32 allowed: the layer kernels' tensor_cores entry (their recurrent sums as the
+    tensor cores' model computes them) in the whole LSTM, within float16's bounds."""
+    cfg = TL.Cfg(L=1, D=2, T=4, B=17, I=6, H=9, kind="torch", seed=31)
+    launched = _on_cuda_loop_nests(cfg, "float32", cuda_loop_nests, monkeypatch, tf32=True)
+    assert {op for op, _, entry in launched if entry == "tensor_cores"} == {"lstm_layer_forward",
+                                                                             "lstm_layer_backward"}
 
 
 def test_tf32_follows_torchs_cudnn_flag(monkeypatch):

@@ -22,6 +22,7 @@ import numpy as np
 
 from .. import runtime, te_defs
 from ..tensors import TORCH_DEVICES, alloc, torch_module
+from ..te_defs._lstm_layer import TENSOR_CORE_MIN_BATCH, TENSOR_CORES, W_HH_GLOBAL
 from ..te_defs.matmul_packed import PANEL, ROW_BLOCK  # noqa: F401  (ROW_BLOCK: part of this module's API)
 
 F32 = np.float32
@@ -31,29 +32,32 @@ PERSISTENT = ("lstm_layer_forward", "lstm_layer_backward")  # CUDA kernels whose
 
 
 @functools.lru_cache(maxsize=None)
-def kernel(op: str, target: str = "llvm", dtype: str = "float32", **variant: bool):
+def kernel(op: str, target: str = "llvm", dtype: str = "float32", tensor_cores: bool = False, **variant: bool):
     """The bare ``dtype`` entry point of ``op``'s ``variant`` for ``target``, loaded once per process;
     on CUDA a persistent layer kernel launches its entry point with W_hh's slice on chip where that
-    grid fits the device, else its ``w_hh_global`` one (``_co_resident``)."""
+    grid fits the device, else its ``w_hh_global`` one (``_co_resident``); with ``tensor_cores`` (the
+    call's GEMMs run on the tensor cores) first its ``tensor_cores`` one, where the batch fills its tiles."""
     art = runtime.artifact(op, dtype, target)
     if target == "cuda" and op in PERSISTENT:
-        (flag,) = te_defs.get(op).target_flags  # the entry point reading W_hh from global memory
-        return _co_resident(art.entry, [art.kernel(variant), art.kernel({**variant, flag: True})])
+        return _co_resident(art.entry, [art.kernel(variant), art.kernel({**variant, W_HH_GLOBAL: True})],
+                            art.kernel({**variant, TENSOR_CORES: True}) if tensor_cores else None)
     return art.kernel(variant).func
 
 
-def _co_resident(entry, kernels):
+def _co_resident(entry, kernels, tensor_core_kernel=None):
     """A launch of the first of ``kernels`` (runtime kernels of one persistent layer kernel, the preferred
     first) whose grid (a block per ``grid_units`` hidden units as the manifest records, H from w_hh, the
     second argument), each block with the launch's dynamic shared memory at that H (``dynamic_shared``),
     the tensors' GPU holds at once (``lowering.cuda.persistent_choice``); CoResidencyError where none
-    does (a grid barrier would wait forever).  The choice is kept per H and device kind.  Nothing here
-    needs TVM's compiler: the GPU machine has none."""
+    does (a grid barrier would wait forever).  ``tensor_core_kernel`` (the ``tensor_cores`` entry) comes
+    first where the batch (the first argument's second dimension) is at least TENSOR_CORE_MIN_BATCH.  The
+    choice is kept per H, batch and device kind.  Nothing here needs TVM's compiler: the GPU machine has
+    none."""
     import torch
 
     from ..lowering import cuda
 
-    funcs = {k.symbol: k.func for k in kernels}
+    funcs = {k.symbol: k.func for k in kernels + ([tensor_core_kernel] if tensor_core_kernel else [])}
     for symbol in funcs:
         cuda.launch_record(entry, symbol)  # an artifact that predates the records: refused at load
     chosen: dict = {}
@@ -61,9 +65,11 @@ def _co_resident(entry, kernels):
     def call(*args):
         H = int(args[1].shape[1])
         props = torch.cuda.get_device_properties(args[1].device)
-        key = (H, props.major, props.minor, props.multi_processor_count)
+        tiles = tensor_core_kernel is not None and int(args[0].shape[1]) >= TENSOR_CORE_MIN_BATCH
+        key = (H, tiles, props.major, props.minor, props.multi_processor_count)
         if key not in chosen:
-            chosen[key] = cuda.persistent_choice(entry, list(funcs), H, key[1:3], key[3])
+            symbols = ([tensor_core_kernel.symbol] if tiles else []) + [k.symbol for k in kernels]
+            chosen[key] = cuda.persistent_choice(entry, symbols, H, key[2:4], key[4])
         return funcs[chosen[key]](*args)
     return call
 
@@ -85,7 +91,9 @@ class _Arrays:
     target = "llvm"
 
     def kernel(self, op: str, dtype: str = "float32", **variant: bool):
-        return kernel(op, self.target, dtype, **variant)
+        # a layer kernel's recurrent sums run on the tensor cores where the call's GEMMs do
+        tensor_cores = {"tensor_cores": True} if op in PERSISTENT and self.gemm_dtype else {}
+        return kernel(op, self.target, dtype, **tensor_cores, **variant)
 
 
 class HostArrays(_Arrays):

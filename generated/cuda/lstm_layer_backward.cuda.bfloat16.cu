@@ -4,7 +4,9 @@
 // regenerate: fusedgrad generate --sources
 // fg_lstm_layer_backward_bfloat16__none: variant {'reverse': False}, schedule rule LstmLayerBackward
 // fg_lstm_layer_backward_bfloat16__reverse: variant {'reverse': True}, schedule rule LstmLayerBackward
+// fg_lstm_layer_backward_bfloat16__reverse_tensor_cores: variant {'reverse': True, 'tensor_cores': True}, schedule rule LstmLayerBackward
 // fg_lstm_layer_backward_bfloat16__reverse_w_hh_global: variant {'reverse': True, 'w_hh_global': True}, schedule rule LstmLayerBackward
+// fg_lstm_layer_backward_bfloat16__tensor_cores: variant {'reverse': False, 'tensor_cores': True}, schedule rule LstmLayerBackward
 // fg_lstm_layer_backward_bfloat16__w_hh_global: variant {'reverse': False, 'w_hh_global': True}, schedule rule LstmLayerBackward
 // ---- the grid barrier of the persistent kernels (fusedgrad targets/cuda_grid_sync.cuh)
 // A counter every block's thread 0 increments on arrival; the last to arrive sets it back to zero and
@@ -139,6 +141,8 @@ __host__ __device__ nv_bfloat162 make_nv_bfloat162(nv_bfloat16 x, nv_bfloat16 y)
     return nv_bfloat162(x, y);
 }
 
+#include <mma.h>
+
 #if (((__CUDACC_VER_MAJOR__ == 11) && (__CUDACC_VER_MINOR__ >= 4)) || \
      (__CUDACC_VER_MAJOR__ > 11))
 #define TVM_ENABLE_L2_PREFETCH 1
@@ -161,6 +165,8 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_bfloat1
 extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_bfloat16__reverse_kernel(int* __restrict__ batch_sizes_ptr, nv_bfloat16* __restrict__ c_ptr, nv_bfloat16* __restrict__ c0_ptr, nv_bfloat16* __restrict__ dc0_ptr, nv_bfloat16* __restrict__ dgates_ptr, nv_bfloat16* __restrict__ dgates_t_ptr, nv_bfloat16* __restrict__ dh0_ptr, nv_bfloat16* __restrict__ dy_ptr, nv_bfloat16* __restrict__ f_ptr, nv_bfloat16* __restrict__ g_ptr, nv_bfloat16* __restrict__ grad_cy_ptr, nv_bfloat16* __restrict__ grad_hy_ptr, nv_bfloat16* __restrict__ i_ptr, nv_bfloat16* __restrict__ o_ptr, nv_bfloat16* __restrict__ tanhc_ptr, nv_bfloat16* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1);
 extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_bfloat16__w_hh_global_kernel(int* __restrict__ batch_sizes_ptr, nv_bfloat16* __restrict__ c_ptr, nv_bfloat16* __restrict__ c0_ptr, nv_bfloat16* __restrict__ dc0_ptr, nv_bfloat16* __restrict__ dgates_ptr, nv_bfloat16* __restrict__ dgates_t_ptr, nv_bfloat16* __restrict__ dh0_ptr, nv_bfloat16* __restrict__ dy_ptr, nv_bfloat16* __restrict__ f_ptr, nv_bfloat16* __restrict__ g_ptr, nv_bfloat16* __restrict__ grad_cy_ptr, nv_bfloat16* __restrict__ grad_hy_ptr, nv_bfloat16* __restrict__ i_ptr, nv_bfloat16* __restrict__ o_ptr, nv_bfloat16* __restrict__ tanhc_ptr, nv_bfloat16* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1);
 extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_bfloat16__reverse_w_hh_global_kernel(int* __restrict__ batch_sizes_ptr, nv_bfloat16* __restrict__ c_ptr, nv_bfloat16* __restrict__ c0_ptr, nv_bfloat16* __restrict__ dc0_ptr, nv_bfloat16* __restrict__ dgates_ptr, nv_bfloat16* __restrict__ dgates_t_ptr, nv_bfloat16* __restrict__ dh0_ptr, nv_bfloat16* __restrict__ dy_ptr, nv_bfloat16* __restrict__ f_ptr, nv_bfloat16* __restrict__ g_ptr, nv_bfloat16* __restrict__ grad_cy_ptr, nv_bfloat16* __restrict__ grad_hy_ptr, nv_bfloat16* __restrict__ i_ptr, nv_bfloat16* __restrict__ o_ptr, nv_bfloat16* __restrict__ tanhc_ptr, nv_bfloat16* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1);
+extern "C" __global__ void __launch_bounds__(128, 1) fg_lstm_layer_backward_bfloat16__tensor_cores_kernel(int* __restrict__ batch_sizes_ptr, nv_bfloat16* __restrict__ c_ptr, nv_bfloat16* __restrict__ c0_ptr, nv_bfloat16* __restrict__ dc0_ptr, nv_bfloat16* __restrict__ dgates_ptr, nv_bfloat16* __restrict__ dgates_t_ptr, nv_bfloat16* __restrict__ dh0_ptr, nv_bfloat16* __restrict__ dy_ptr, nv_bfloat16* __restrict__ f_ptr, nv_bfloat16* __restrict__ g_ptr, nv_bfloat16* __restrict__ grad_cy_ptr, nv_bfloat16* __restrict__ grad_hy_ptr, nv_bfloat16* __restrict__ i_ptr, nv_bfloat16* __restrict__ o_ptr, nv_bfloat16* __restrict__ tanhc_ptr, nv_bfloat16* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1);
+extern "C" __global__ void __launch_bounds__(128, 1) fg_lstm_layer_backward_bfloat16__reverse_tensor_cores_kernel(int* __restrict__ batch_sizes_ptr, nv_bfloat16* __restrict__ c_ptr, nv_bfloat16* __restrict__ c0_ptr, nv_bfloat16* __restrict__ dc0_ptr, nv_bfloat16* __restrict__ dgates_ptr, nv_bfloat16* __restrict__ dgates_t_ptr, nv_bfloat16* __restrict__ dh0_ptr, nv_bfloat16* __restrict__ dy_ptr, nv_bfloat16* __restrict__ f_ptr, nv_bfloat16* __restrict__ g_ptr, nv_bfloat16* __restrict__ grad_cy_ptr, nv_bfloat16* __restrict__ grad_hy_ptr, nv_bfloat16* __restrict__ i_ptr, nv_bfloat16* __restrict__ o_ptr, nv_bfloat16* __restrict__ tanhc_ptr, nv_bfloat16* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1);
 extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_bfloat16__none_kernel(int* __restrict__ batch_sizes_ptr, nv_bfloat16* __restrict__ c_ptr, nv_bfloat16* __restrict__ c0_ptr, nv_bfloat16* __restrict__ dc0_ptr, nv_bfloat16* __restrict__ dgates_ptr, nv_bfloat16* __restrict__ dgates_t_ptr, nv_bfloat16* __restrict__ dh0_ptr, nv_bfloat16* __restrict__ dy_ptr, nv_bfloat16* __restrict__ f_ptr, nv_bfloat16* __restrict__ g_ptr, nv_bfloat16* __restrict__ grad_cy_ptr, nv_bfloat16* __restrict__ grad_hy_ptr, nv_bfloat16* __restrict__ i_ptr, nv_bfloat16* __restrict__ o_ptr, nv_bfloat16* __restrict__ tanhc_ptr, nv_bfloat16* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1) {
   extern __shared__ __align__(64) ushort w_shared_ptr[];
   alignas(64) float dh_part_ptr[4];
@@ -4327,6 +4333,876 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_bfloat1
           dh0_ptr[(((((int)blockIdx.x) * 4) + (((q_3 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__234)));
         }
       }
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128, 1) fg_lstm_layer_backward_bfloat16__tensor_cores_kernel(int* __restrict__ batch_sizes_ptr, nv_bfloat16* __restrict__ c_ptr, nv_bfloat16* __restrict__ c0_ptr, nv_bfloat16* __restrict__ dc0_ptr, nv_bfloat16* __restrict__ dgates_ptr, nv_bfloat16* __restrict__ dgates_t_ptr, nv_bfloat16* __restrict__ dh0_ptr, nv_bfloat16* __restrict__ dy_ptr, nv_bfloat16* __restrict__ f_ptr, nv_bfloat16* __restrict__ g_ptr, nv_bfloat16* __restrict__ grad_cy_ptr, nv_bfloat16* __restrict__ grad_hy_ptr, nv_bfloat16* __restrict__ i_ptr, nv_bfloat16* __restrict__ o_ptr, nv_bfloat16* __restrict__ tanhc_ptr, nv_bfloat16* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1) {
+  extern __shared__ __align__(64) ushort w_shared_ptr[];
+  __shared__ alignas(64) float part_ptr[512];
+  alignas(64) float acc_ptr[4];
+  alignas(64) uint frag_a_ptr[4];
+  alignas(64) uint frag_b_ptr[2];
+  alignas(64) float acc_ptr_1[4];
+  alignas(64) uint frag_a_ptr_1[4];
+  alignas(64) uint frag_b_ptr_1[2];
+  if (H <= 5152) {
+    for (int e = 0; e < ((H + 7) >> 3); ++e) {
+      if (((e * 128) + ((int)threadIdx.x)) < (H * 16)) {
+        ushort condval;
+        if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+            nv_bfloat16 v_ = w_hh_ptr[((min(((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)), (H - 1)) + (((((int)threadIdx.x) & 15) >> 2) * w_hh_s0)) + (((e * 8) + (((int)threadIdx.x) >> 4)) * w_hh_s1))];
+          condval = (*(ushort *)(&(v_)));
+        } else {
+          condval = (ushort)0;
+        }
+        w_shared_ptr[((e * 128) + ((int)threadIdx.x))] = condval;
+      }
+    }
+  }
+  __syncthreads();
+  bool fits = (H <= 5152);
+  if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+    for (int q = 0; q < (((B + 31) - (((int)threadIdx.x) >> 2)) >> 5); ++q) {
+      dh0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = grad_hy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * grad_hy_s0)) + (((int)threadIdx.x) & 3))];
+      dc0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = grad_cy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * grad_cy_s0)) + (((int)threadIdx.x) & 3))];
+    }
+  }
+  for (int s = 0; s < T; ++s) {
+    int tt = ((T - s) - 1);
+    int n = batch_sizes_ptr[((T - s) - 1)];
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+      for (int q_1 = 0; q_1 < (max(((n + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_1) {
+            nv_bfloat16 v__1 = dh0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))];
+          uint v__2 = ((uint)(*(ushort *)(&(v__1)))) << (uint)16;
+            nv_bfloat16 v__3 = dy_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * dy_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * dy_s1)) + (((int)threadIdx.x) & 3))];
+          uint v__4 = ((uint)(*(ushort *)(&(v__3)))) << (uint)16;
+        float dh_t = ((*(float *)(&(v__2))) + (*(float *)(&(v__4))));
+          ushort condval_1;
+          if ((2 <= (T - s)) && (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < batch_sizes_ptr[max((min(((T - s) - 1), T) - 1), 0)])) {
+              nv_bfloat16 v__5 = c_ptr[((((((int)blockIdx.x) * 4) + ((min(((T - s) - 1), T) - 1) * c_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * c_s1)) + (((int)threadIdx.x) & 3))];
+            condval_1 = (*(ushort *)(&(v__5)));
+          } else {
+              nv_bfloat16 v__6 = c0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * c0_s0)) + (((int)threadIdx.x) & 3))];
+            condval_1 = (*(ushort *)(&(v__6)));
+          }
+          uint v__7 = ((uint)condval_1) << (uint)16;
+        float c_prev = (*(float *)(&(v__7)));
+            nv_bfloat16 v__8 = dc0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))];
+          uint v__9 = ((uint)(*(ushort *)(&(v__8)))) << (uint)16;
+            nv_bfloat16 v__10 = o_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))];
+          uint v__11 = ((uint)(*(ushort *)(&(v__10)))) << (uint)16;
+            nv_bfloat16 v__12 = tanhc_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))];
+          uint v__13 = ((uint)(*(ushort *)(&(v__12)))) << (uint)16;
+            nv_bfloat16 v__14 = tanhc_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))];
+          uint v__15 = ((uint)(*(ushort *)(&(v__14)))) << (uint)16;
+        float dc_t = ((*(float *)(&(v__9))) + ((dh_t * (*(float *)(&(v__11)))) * (0x1p+0f/*1.000000e+00*/ - ((*(float *)(&(v__13))) * (*(float *)(&(v__15)))))));
+              nv_bfloat16 v__16 = g_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__17 = ((uint)(*(ushort *)(&(v__16)))) << (uint)16;
+              nv_bfloat16 v__18 = i_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__19 = ((uint)(*(ushort *)(&(v__18)))) << (uint)16;
+              nv_bfloat16 v__20 = i_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__21 = ((uint)(*(ushort *)(&(v__20)))) << (uint)16;
+          float v__22 = ((dc_t * (*(float *)(&(v__17)))) * (*(float *)(&(v__19)))) * (0x1p+0f/*1.000000e+00*/ - (*(float *)(&(v__21))));
+        uint bits = (*(uint *)(&(v__22)));
+        if ((uint)2139095040 < (bits & (uint)2147483647)) {
+            ushort v__23 = (ushort)((bits | (uint)4194304) >> (uint)16);
+          dgates_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__23)));
+        } else {
+            ushort v__24 = (ushort)(((bits + ((bits >> (uint)16) & (uint)1)) + (uint)32767) >> (uint)16);
+          dgates_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__24)));
+        }
+              nv_bfloat16 v__25 = g_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__26 = ((uint)(*(ushort *)(&(v__25)))) << (uint)16;
+              nv_bfloat16 v__27 = i_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__28 = ((uint)(*(ushort *)(&(v__27)))) << (uint)16;
+              nv_bfloat16 v__29 = i_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__30 = ((uint)(*(ushort *)(&(v__29)))) << (uint)16;
+          float v__31 = ((dc_t * (*(float *)(&(v__26)))) * (*(float *)(&(v__28)))) * (0x1p+0f/*1.000000e+00*/ - (*(float *)(&(v__30))));
+        uint bits_1 = (*(uint *)(&(v__31)));
+        if ((uint)2139095040 < (bits_1 & (uint)2147483647)) {
+            ushort v__32 = (ushort)((bits_1 | (uint)4194304) >> (uint)16);
+          dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((((((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B))] = (*(nv_bfloat16 *)(&(v__32)));
+        } else {
+            ushort v__33 = (ushort)(((bits_1 + ((bits_1 >> (uint)16) & (uint)1)) + (uint)32767) >> (uint)16);
+          dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((((((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B))] = (*(nv_bfloat16 *)(&(v__33)));
+        }
+              nv_bfloat16 v__34 = f_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__35 = ((uint)(*(ushort *)(&(v__34)))) << (uint)16;
+              nv_bfloat16 v__36 = f_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__37 = ((uint)(*(ushort *)(&(v__36)))) << (uint)16;
+          float v__38 = ((dc_t * c_prev) * (*(float *)(&(v__35)))) * (0x1p+0f/*1.000000e+00*/ - (*(float *)(&(v__37))));
+        uint bits_2 = (*(uint *)(&(v__38)));
+        if ((uint)2139095040 < (bits_2 & (uint)2147483647)) {
+            ushort v__39 = (ushort)((bits_2 | (uint)4194304) >> (uint)16);
+          dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__39)));
+        } else {
+            ushort v__40 = (ushort)(((bits_2 + ((bits_2 >> (uint)16) & (uint)1)) + (uint)32767) >> (uint)16);
+          dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__40)));
+        }
+              nv_bfloat16 v__41 = f_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__42 = ((uint)(*(ushort *)(&(v__41)))) << (uint)16;
+              nv_bfloat16 v__43 = f_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__44 = ((uint)(*(ushort *)(&(v__43)))) << (uint)16;
+          float v__45 = ((dc_t * c_prev) * (*(float *)(&(v__42)))) * (0x1p+0f/*1.000000e+00*/ - (*(float *)(&(v__44))));
+        uint bits_3 = (*(uint *)(&(v__45)));
+        if ((uint)2139095040 < (bits_3 & (uint)2147483647)) {
+            ushort v__46 = (ushort)((bits_3 | (uint)4194304) >> (uint)16);
+          dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((((int)blockIdx.x) * 4) + H) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B))] = (*(nv_bfloat16 *)(&(v__46)));
+        } else {
+            ushort v__47 = (ushort)(((bits_3 + ((bits_3 >> (uint)16) & (uint)1)) + (uint)32767) >> (uint)16);
+          dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((((int)blockIdx.x) * 4) + H) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B))] = (*(nv_bfloat16 *)(&(v__47)));
+        }
+              nv_bfloat16 v__48 = i_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__49 = ((uint)(*(ushort *)(&(v__48)))) << (uint)16;
+              nv_bfloat16 v__50 = g_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__51 = ((uint)(*(ushort *)(&(v__50)))) << (uint)16;
+              nv_bfloat16 v__52 = g_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__53 = ((uint)(*(ushort *)(&(v__52)))) << (uint)16;
+          float v__54 = (dc_t * (*(float *)(&(v__49)))) * (0x1p+0f/*1.000000e+00*/ - ((*(float *)(&(v__51))) * (*(float *)(&(v__53)))));
+        uint bits_4 = (*(uint *)(&(v__54)));
+        if ((uint)2139095040 < (bits_4 & (uint)2147483647)) {
+            ushort v__55 = (ushort)((bits_4 | (uint)4194304) >> (uint)16);
+          dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 2) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__55)));
+        } else {
+            ushort v__56 = (ushort)(((bits_4 + ((bits_4 >> (uint)16) & (uint)1)) + (uint)32767) >> (uint)16);
+          dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 2) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__56)));
+        }
+              nv_bfloat16 v__57 = i_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__58 = ((uint)(*(ushort *)(&(v__57)))) << (uint)16;
+              nv_bfloat16 v__59 = g_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__60 = ((uint)(*(ushort *)(&(v__59)))) << (uint)16;
+              nv_bfloat16 v__61 = g_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__62 = ((uint)(*(ushort *)(&(v__61)))) << (uint)16;
+          float v__63 = (dc_t * (*(float *)(&(v__58)))) * (0x1p+0f/*1.000000e+00*/ - ((*(float *)(&(v__60))) * (*(float *)(&(v__62)))));
+        uint bits_5 = (*(uint *)(&(v__63)));
+        if ((uint)2139095040 < (bits_5 & (uint)2147483647)) {
+            ushort v__64 = (ushort)((bits_5 | (uint)4194304) >> (uint)16);
+          dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((((int)blockIdx.x) * 4) + (H * 2)) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B))] = (*(nv_bfloat16 *)(&(v__64)));
+        } else {
+            ushort v__65 = (ushort)(((bits_5 + ((bits_5 >> (uint)16) & (uint)1)) + (uint)32767) >> (uint)16);
+          dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((((int)blockIdx.x) * 4) + (H * 2)) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B))] = (*(nv_bfloat16 *)(&(v__65)));
+        }
+              nv_bfloat16 v__66 = tanhc_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__67 = ((uint)(*(ushort *)(&(v__66)))) << (uint)16;
+              nv_bfloat16 v__68 = o_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__69 = ((uint)(*(ushort *)(&(v__68)))) << (uint)16;
+              nv_bfloat16 v__70 = o_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__71 = ((uint)(*(ushort *)(&(v__70)))) << (uint)16;
+          float v__72 = ((dh_t * (*(float *)(&(v__67)))) * (*(float *)(&(v__69)))) * (0x1p+0f/*1.000000e+00*/ - (*(float *)(&(v__71))));
+        uint bits_6 = (*(uint *)(&(v__72)));
+        if ((uint)2139095040 < (bits_6 & (uint)2147483647)) {
+            ushort v__73 = (ushort)((bits_6 | (uint)4194304) >> (uint)16);
+          dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 3) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__73)));
+        } else {
+            ushort v__74 = (ushort)(((bits_6 + ((bits_6 >> (uint)16) & (uint)1)) + (uint)32767) >> (uint)16);
+          dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 3) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__74)));
+        }
+              nv_bfloat16 v__75 = tanhc_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__76 = ((uint)(*(ushort *)(&(v__75)))) << (uint)16;
+              nv_bfloat16 v__77 = o_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__78 = ((uint)(*(ushort *)(&(v__77)))) << (uint)16;
+              nv_bfloat16 v__79 = o_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__80 = ((uint)(*(ushort *)(&(v__79)))) << (uint)16;
+          float v__81 = ((dh_t * (*(float *)(&(v__76)))) * (*(float *)(&(v__78)))) * (0x1p+0f/*1.000000e+00*/ - (*(float *)(&(v__80))));
+        uint bits_7 = (*(uint *)(&(v__81)));
+        if ((uint)2139095040 < (bits_7 & (uint)2147483647)) {
+            ushort v__82 = (ushort)((bits_7 | (uint)4194304) >> (uint)16);
+          dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((((int)blockIdx.x) * 4) + (H * 3)) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B))] = (*(nv_bfloat16 *)(&(v__82)));
+        } else {
+            ushort v__83 = (ushort)(((bits_7 + ((bits_7 >> (uint)16) & (uint)1)) + (uint)32767) >> (uint)16);
+          dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((((int)blockIdx.x) * 4) + (H * 3)) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B))] = (*(nv_bfloat16 *)(&(v__83)));
+        }
+              nv_bfloat16 v__84 = f_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__85 = ((uint)(*(ushort *)(&(v__84)))) << (uint)16;
+          float v__86 = dc_t * (*(float *)(&(v__85)));
+        uint bits_8 = (*(uint *)(&(v__86)));
+        if ((uint)2139095040 < (bits_8 & (uint)2147483647)) {
+            ushort v__87 = (ushort)((bits_8 | (uint)4194304) >> (uint)16);
+          dc0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__87)));
+        } else {
+            ushort v__88 = (ushort)(((bits_8 + ((bits_8 >> (uint)16) & (uint)1)) + (uint)32767) >> (uint)16);
+          dc0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__88)));
+        }
+      }
+      for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
+        dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + (n * 4)) * H)) + (((int)threadIdx.x) & 3))] = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((((((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B)) + n)] = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + (n * 4)) + 1) * H)) + (((int)threadIdx.x) & 3))] = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((((int)blockIdx.x) * 4) + H) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B)) + n)] = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + (n * 4)) + 2) * H)) + (((int)threadIdx.x) & 3))] = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((((int)blockIdx.x) * 4) + (H * 2)) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B)) + n)] = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + (n * 4)) + 3) * H)) + (((int)threadIdx.x) & 3))] = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((((int)blockIdx.x) * 4) + (H * 3)) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B)) + n)] = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
+      }
+    }
+    fg_grid_sync(((H + 3) >> 2));
+    for (int pass = 0; pass < ((n + 15) >> 4); ++pass) {
+      if (H <= 5152) {
+        acc_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[1] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[2] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int kg = 0; kg < ((H + 15) >> 4); ++kg) {
+          ushort condval_2;
+          if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && (((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              nv_bfloat16 v__89 = dgates_ptr[(min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((((min(((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * 4) + ((((T - s) - 1) * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            condval_2 = (*(ushort *)(&(v__89)));
+          } else {
+            condval_2 = (ushort)0;
+          }
+          ushort condval_3;
+          if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && (((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              nv_bfloat16 v__90 = dgates_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((((min(((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * 4) + ((((T - s) - 1) * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            condval_3 = (*(ushort *)(&(v__90)));
+          } else {
+            condval_3 = (ushort)0;
+          }
+          frag_a_ptr[0] = (((uint)condval_2) | (((uint)condval_3) << (uint)16));
+          ushort condval_4;
+          if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && ((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              nv_bfloat16 v__91 = dgates_ptr[(min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((((min((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * 4) + ((((T - s) - 1) * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            condval_4 = (*(ushort *)(&(v__91)));
+          } else {
+            condval_4 = (ushort)0;
+          }
+          ushort condval_5;
+          if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && ((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              nv_bfloat16 v__92 = dgates_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((((min((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * 4) + ((((T - s) - 1) * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            condval_5 = (*(ushort *)(&(v__92)));
+          } else {
+            condval_5 = (ushort)0;
+          }
+          frag_a_ptr[1] = (((uint)condval_4) | (((uint)condval_5) << (uint)16));
+          ushort condval_6;
+          if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && (((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              nv_bfloat16 v__93 = dgates_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((((min(((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * 4) + ((((T - s) - 1) * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            condval_6 = (*(ushort *)(&(v__93)));
+          } else {
+            condval_6 = (ushort)0;
+          }
+          ushort condval_7;
+          if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && (((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              nv_bfloat16 v__94 = dgates_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((((min(((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * 4) + ((((T - s) - 1) * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            condval_7 = (*(ushort *)(&(v__94)));
+          } else {
+            condval_7 = (ushort)0;
+          }
+          frag_a_ptr[2] = (((uint)condval_6) | (((uint)condval_7) << (uint)16));
+          ushort condval_8;
+          if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && ((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              nv_bfloat16 v__95 = dgates_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((((min((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * 4) + ((((T - s) - 1) * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            condval_8 = (*(ushort *)(&(v__95)));
+          } else {
+            condval_8 = (ushort)0;
+          }
+          ushort condval_9;
+          if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && ((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              nv_bfloat16 v__96 = dgates_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((((min((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * 4) + ((((T - s) - 1) * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            condval_9 = (*(ushort *)(&(v__96)));
+          } else {
+            condval_9 = (ushort)0;
+          }
+          frag_a_ptr[3] = (((uint)condval_8) | (((uint)condval_9) << (uint)16));
+          ushort condval_10;
+          if (((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) {
+            condval_10 = w_shared_ptr[(((min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) * 16) + ((((int)threadIdx.x) >> 5) * 4)) + min(((((int)threadIdx.x) & 31) >> 2), 3))];
+          } else {
+            condval_10 = (ushort)0;
+          }
+          ushort condval_11;
+          if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) {
+            condval_11 = w_shared_ptr[(((min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) * 16) + ((((int)threadIdx.x) >> 5) * 4)) + min(((((int)threadIdx.x) & 31) >> 2), 3))];
+          } else {
+            condval_11 = (ushort)0;
+          }
+          frag_b_ptr[0] = (((uint)condval_10) | (((uint)condval_11) << (uint)16));
+          ushort condval_12;
+          if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) {
+            condval_12 = w_shared_ptr[(((min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) * 16) + ((((int)threadIdx.x) >> 5) * 4)) + min(((((int)threadIdx.x) & 31) >> 2), 3))];
+          } else {
+            condval_12 = (ushort)0;
+          }
+          ushort condval_13;
+          if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) {
+            condval_13 = w_shared_ptr[(((min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) * 16) + ((((int)threadIdx.x) >> 5) * 4)) + min(((((int)threadIdx.x) & 31) >> 2), 3))];
+          } else {
+            condval_13 = (ushort)0;
+          }
+          frag_b_ptr[1] = (((uint)condval_12) | (((uint)condval_13) << (uint)16));
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_ptr + 0))[0]), "=f"(((float *)(acc_ptr + 0))[1]), "=f"(((float *)(acc_ptr + 0))[2]), "=f"(((float *)(acc_ptr + 0))[3])
+      : "r"(((unsigned *)(frag_a_ptr + 0))[0]), "r"(((unsigned *)(frag_a_ptr + 0))[1]), "r"(((unsigned *)(frag_a_ptr + 0))[2]), "r"(((unsigned *)(frag_a_ptr + 0))[3]), "r"(((unsigned *)(frag_b_ptr + 0))[0]), "r"(((unsigned *)(frag_b_ptr + 0))[1]), "f"(((float *)(acc_ptr + 0))[0]), "f"(((float *)(acc_ptr + 0))[1]), "f"(((float *)(acc_ptr + 0))[2]), "f"(((float *)(acc_ptr + 0))[3]));
+  }
+        }
+        part_ptr[(((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2))] = acc_ptr[0];
+        part_ptr[((((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2)) + 1)] = acc_ptr[1];
+        part_ptr[((((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2)) + 64)] = acc_ptr[2];
+        part_ptr[((((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2)) + 65)] = acc_ptr[3];
+      } else {
+        acc_ptr_1[0] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[1] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[2] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int kg_1 = 0; kg_1 < ((H + 15) >> 4); ++kg_1) {
+          ushort condval_14;
+          if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && (((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              nv_bfloat16 v__97 = dgates_ptr[(min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((((min(((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * 4) + ((((T - s) - 1) * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            condval_14 = (*(ushort *)(&(v__97)));
+          } else {
+            condval_14 = (ushort)0;
+          }
+          ushort condval_15;
+          if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && (((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              nv_bfloat16 v__98 = dgates_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((((min(((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * 4) + ((((T - s) - 1) * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            condval_15 = (*(ushort *)(&(v__98)));
+          } else {
+            condval_15 = (ushort)0;
+          }
+          frag_a_ptr_1[0] = (((uint)condval_14) | (((uint)condval_15) << (uint)16));
+          ushort condval_16;
+          if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && ((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              nv_bfloat16 v__99 = dgates_ptr[(min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((((min((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * 4) + ((((T - s) - 1) * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            condval_16 = (*(ushort *)(&(v__99)));
+          } else {
+            condval_16 = (ushort)0;
+          }
+          ushort condval_17;
+          if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && ((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              nv_bfloat16 v__100 = dgates_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((((min((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * 4) + ((((T - s) - 1) * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            condval_17 = (*(ushort *)(&(v__100)));
+          } else {
+            condval_17 = (ushort)0;
+          }
+          frag_a_ptr_1[1] = (((uint)condval_16) | (((uint)condval_17) << (uint)16));
+          ushort condval_18;
+          if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && (((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              nv_bfloat16 v__101 = dgates_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((((min(((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * 4) + ((((T - s) - 1) * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            condval_18 = (*(ushort *)(&(v__101)));
+          } else {
+            condval_18 = (ushort)0;
+          }
+          ushort condval_19;
+          if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && (((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              nv_bfloat16 v__102 = dgates_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((((min(((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * 4) + ((((T - s) - 1) * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            condval_19 = (*(ushort *)(&(v__102)));
+          } else {
+            condval_19 = (ushort)0;
+          }
+          frag_a_ptr_1[2] = (((uint)condval_18) | (((uint)condval_19) << (uint)16));
+          ushort condval_20;
+          if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && ((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              nv_bfloat16 v__103 = dgates_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((((min((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * 4) + ((((T - s) - 1) * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            condval_20 = (*(ushort *)(&(v__103)));
+          } else {
+            condval_20 = (ushort)0;
+          }
+          ushort condval_21;
+          if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && ((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              nv_bfloat16 v__104 = dgates_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((((min((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * 4) + ((((T - s) - 1) * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            condval_21 = (*(ushort *)(&(v__104)));
+          } else {
+            condval_21 = (ushort)0;
+          }
+          frag_a_ptr_1[3] = (((uint)condval_20) | (((uint)condval_21) << (uint)16));
+          ushort condval_22;
+          if (((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) {
+              nv_bfloat16 v__105 = w_hh_ptr[((min(((((int)blockIdx.x) * 4) + min(((((int)threadIdx.x) & 31) >> 2), 3)), (H - 1)) + ((((int)threadIdx.x) >> 5) * w_hh_s0)) + (min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) * w_hh_s1))];
+            condval_22 = (*(ushort *)(&(v__105)));
+          } else {
+            condval_22 = (ushort)0;
+          }
+          ushort condval_23;
+          if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) {
+              nv_bfloat16 v__106 = w_hh_ptr[((min(((((int)blockIdx.x) * 4) + min(((((int)threadIdx.x) & 31) >> 2), 3)), (H - 1)) + ((((int)threadIdx.x) >> 5) * w_hh_s0)) + (min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) * w_hh_s1))];
+            condval_23 = (*(ushort *)(&(v__106)));
+          } else {
+            condval_23 = (ushort)0;
+          }
+          frag_b_ptr_1[0] = (((uint)condval_22) | (((uint)condval_23) << (uint)16));
+          ushort condval_24;
+          if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) {
+              nv_bfloat16 v__107 = w_hh_ptr[((min(((((int)blockIdx.x) * 4) + min(((((int)threadIdx.x) & 31) >> 2), 3)), (H - 1)) + ((((int)threadIdx.x) >> 5) * w_hh_s0)) + (min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) * w_hh_s1))];
+            condval_24 = (*(ushort *)(&(v__107)));
+          } else {
+            condval_24 = (ushort)0;
+          }
+          ushort condval_25;
+          if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) {
+              nv_bfloat16 v__108 = w_hh_ptr[((min(((((int)blockIdx.x) * 4) + min(((((int)threadIdx.x) & 31) >> 2), 3)), (H - 1)) + ((((int)threadIdx.x) >> 5) * w_hh_s0)) + (min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) * w_hh_s1))];
+            condval_25 = (*(ushort *)(&(v__108)));
+          } else {
+            condval_25 = (ushort)0;
+          }
+          frag_b_ptr_1[1] = (((uint)condval_24) | (((uint)condval_25) << (uint)16));
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_ptr_1 + 0))[0]), "=f"(((float *)(acc_ptr_1 + 0))[1]), "=f"(((float *)(acc_ptr_1 + 0))[2]), "=f"(((float *)(acc_ptr_1 + 0))[3])
+      : "r"(((unsigned *)(frag_a_ptr_1 + 0))[0]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[1]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[2]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[3]), "r"(((unsigned *)(frag_b_ptr_1 + 0))[0]), "r"(((unsigned *)(frag_b_ptr_1 + 0))[1]), "f"(((float *)(acc_ptr_1 + 0))[0]), "f"(((float *)(acc_ptr_1 + 0))[1]), "f"(((float *)(acc_ptr_1 + 0))[2]), "f"(((float *)(acc_ptr_1 + 0))[3]));
+  }
+        }
+        part_ptr[(((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2))] = acc_ptr_1[0];
+        part_ptr[((((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2)) + 1)] = acc_ptr_1[1];
+        part_ptr[((((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2)) + 64)] = acc_ptr_1[2];
+        part_ptr[((((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2)) + 65)] = acc_ptr_1[3];
+      }
+      __syncthreads();
+      if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+        for (int q_3 = 0; q_3 < (max(((min((n - (pass * 16)), 16) + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_3) {
+            float v__109 = ((part_ptr[(((q_3 * 256) + ((((int)threadIdx.x) >> 2) * 8)) + (((int)threadIdx.x) & 3))] + part_ptr[((((q_3 * 256) + ((((int)threadIdx.x) >> 2) * 8)) + (((int)threadIdx.x) & 3)) + 128)]) + part_ptr[((((q_3 * 256) + ((((int)threadIdx.x) >> 2) * 8)) + (((int)threadIdx.x) & 3)) + 256)]) + part_ptr[((((q_3 * 256) + ((((int)threadIdx.x) >> 2) * 8)) + (((int)threadIdx.x) & 3)) + 384)];
+          uint bits_9 = (*(uint *)(&(v__109)));
+          if ((uint)2139095040 < (bits_9 & (uint)2147483647)) {
+              ushort v__110 = (ushort)((bits_9 | (uint)4194304) >> (uint)16);
+            dh0_ptr[(((((int)blockIdx.x) * 4) + ((((q_3 * 32) + (pass * 16)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__110)));
+          } else {
+              ushort v__111 = (ushort)(((bits_9 + ((bits_9 >> (uint)16) & (uint)1)) + (uint)32767) >> (uint)16);
+            dh0_ptr[(((((int)blockIdx.x) * 4) + ((((q_3 * 32) + (pass * 16)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__111)));
+          }
+        }
+      }
+      __syncthreads();
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128, 1) fg_lstm_layer_backward_bfloat16__reverse_tensor_cores_kernel(int* __restrict__ batch_sizes_ptr, nv_bfloat16* __restrict__ c_ptr, nv_bfloat16* __restrict__ c0_ptr, nv_bfloat16* __restrict__ dc0_ptr, nv_bfloat16* __restrict__ dgates_ptr, nv_bfloat16* __restrict__ dgates_t_ptr, nv_bfloat16* __restrict__ dh0_ptr, nv_bfloat16* __restrict__ dy_ptr, nv_bfloat16* __restrict__ f_ptr, nv_bfloat16* __restrict__ g_ptr, nv_bfloat16* __restrict__ grad_cy_ptr, nv_bfloat16* __restrict__ grad_hy_ptr, nv_bfloat16* __restrict__ i_ptr, nv_bfloat16* __restrict__ o_ptr, nv_bfloat16* __restrict__ tanhc_ptr, nv_bfloat16* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1) {
+  extern __shared__ __align__(64) ushort w_shared_ptr[];
+  __shared__ alignas(64) float part_ptr[512];
+  alignas(64) float acc_ptr[4];
+  alignas(64) uint frag_a_ptr[4];
+  alignas(64) uint frag_b_ptr[2];
+  alignas(64) float acc_ptr_1[4];
+  alignas(64) uint frag_a_ptr_1[4];
+  alignas(64) uint frag_b_ptr_1[2];
+  if (H <= 5152) {
+    for (int e = 0; e < ((H + 7) >> 3); ++e) {
+      if (((e * 128) + ((int)threadIdx.x)) < (H * 16)) {
+        ushort condval;
+        if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+            nv_bfloat16 v_ = w_hh_ptr[((min(((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)), (H - 1)) + (((((int)threadIdx.x) & 15) >> 2) * w_hh_s0)) + (((e * 8) + (((int)threadIdx.x) >> 4)) * w_hh_s1))];
+          condval = (*(ushort *)(&(v_)));
+        } else {
+          condval = (ushort)0;
+        }
+        w_shared_ptr[((e * 128) + ((int)threadIdx.x))] = condval;
+      }
+    }
+  }
+  __syncthreads();
+  bool fits = (H <= 5152);
+  if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+    for (int q = 0; q < (((B + 31) - (((int)threadIdx.x) >> 2)) >> 5); ++q) {
+      dh0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = grad_hy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * grad_hy_s0)) + (((int)threadIdx.x) & 3))];
+      dc0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = grad_cy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * grad_cy_s0)) + (((int)threadIdx.x) & 3))];
+    }
+  }
+  for (int s = 0; s < T; ++s) {
+    int tt = s;
+    int n = batch_sizes_ptr[s];
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+      for (int q_1 = 0; q_1 < (max(((n + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_1) {
+            nv_bfloat16 v__1 = dh0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))];
+          uint v__2 = ((uint)(*(ushort *)(&(v__1)))) << (uint)16;
+            nv_bfloat16 v__3 = dy_ptr[((((((int)blockIdx.x) * 4) + (s * dy_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * dy_s1)) + (((int)threadIdx.x) & 3))];
+          uint v__4 = ((uint)(*(ushort *)(&(v__3)))) << (uint)16;
+        float dh_t = ((*(float *)(&(v__2))) + (*(float *)(&(v__4))));
+          ushort condval_1;
+          if (((s + 1) < T) && (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < batch_sizes_ptr[min((s + 1), (T - 1))])) {
+              nv_bfloat16 v__5 = c_ptr[((((((int)blockIdx.x) * 4) + (min((s + 1), (T - 1)) * c_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * c_s1)) + (((int)threadIdx.x) & 3))];
+            condval_1 = (*(ushort *)(&(v__5)));
+          } else {
+              nv_bfloat16 v__6 = c0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * c0_s0)) + (((int)threadIdx.x) & 3))];
+            condval_1 = (*(ushort *)(&(v__6)));
+          }
+          uint v__7 = ((uint)condval_1) << (uint)16;
+        float c_prev = (*(float *)(&(v__7)));
+            nv_bfloat16 v__8 = dc0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))];
+          uint v__9 = ((uint)(*(ushort *)(&(v__8)))) << (uint)16;
+            nv_bfloat16 v__10 = o_ptr[((((((int)blockIdx.x) * 4) + (s * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))];
+          uint v__11 = ((uint)(*(ushort *)(&(v__10)))) << (uint)16;
+            nv_bfloat16 v__12 = tanhc_ptr[((((((int)blockIdx.x) * 4) + (s * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))];
+          uint v__13 = ((uint)(*(ushort *)(&(v__12)))) << (uint)16;
+            nv_bfloat16 v__14 = tanhc_ptr[((((((int)blockIdx.x) * 4) + (s * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))];
+          uint v__15 = ((uint)(*(ushort *)(&(v__14)))) << (uint)16;
+        float dc_t = ((*(float *)(&(v__9))) + ((dh_t * (*(float *)(&(v__11)))) * (0x1p+0f/*1.000000e+00*/ - ((*(float *)(&(v__13))) * (*(float *)(&(v__15)))))));
+              nv_bfloat16 v__16 = g_ptr[((((((int)blockIdx.x) * 4) + (s * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__17 = ((uint)(*(ushort *)(&(v__16)))) << (uint)16;
+              nv_bfloat16 v__18 = i_ptr[((((((int)blockIdx.x) * 4) + (s * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__19 = ((uint)(*(ushort *)(&(v__18)))) << (uint)16;
+              nv_bfloat16 v__20 = i_ptr[((((((int)blockIdx.x) * 4) + (s * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__21 = ((uint)(*(ushort *)(&(v__20)))) << (uint)16;
+          float v__22 = ((dc_t * (*(float *)(&(v__17)))) * (*(float *)(&(v__19)))) * (0x1p+0f/*1.000000e+00*/ - (*(float *)(&(v__21))));
+        uint bits = (*(uint *)(&(v__22)));
+        if ((uint)2139095040 < (bits & (uint)2147483647)) {
+            ushort v__23 = (ushort)((bits | (uint)4194304) >> (uint)16);
+          dgates_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__23)));
+        } else {
+            ushort v__24 = (ushort)(((bits + ((bits >> (uint)16) & (uint)1)) + (uint)32767) >> (uint)16);
+          dgates_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__24)));
+        }
+              nv_bfloat16 v__25 = g_ptr[((((((int)blockIdx.x) * 4) + (s * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__26 = ((uint)(*(ushort *)(&(v__25)))) << (uint)16;
+              nv_bfloat16 v__27 = i_ptr[((((((int)blockIdx.x) * 4) + (s * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__28 = ((uint)(*(ushort *)(&(v__27)))) << (uint)16;
+              nv_bfloat16 v__29 = i_ptr[((((((int)blockIdx.x) * 4) + (s * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__30 = ((uint)(*(ushort *)(&(v__29)))) << (uint)16;
+          float v__31 = ((dc_t * (*(float *)(&(v__26)))) * (*(float *)(&(v__28)))) * (0x1p+0f/*1.000000e+00*/ - (*(float *)(&(v__30))));
+        uint bits_1 = (*(uint *)(&(v__31)));
+        if ((uint)2139095040 < (bits_1 & (uint)2147483647)) {
+            ushort v__32 = (ushort)((bits_1 | (uint)4194304) >> (uint)16);
+          dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * T) + s) * B))] = (*(nv_bfloat16 *)(&(v__32)));
+        } else {
+            ushort v__33 = (ushort)(((bits_1 + ((bits_1 >> (uint)16) & (uint)1)) + (uint)32767) >> (uint)16);
+          dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * T) + s) * B))] = (*(nv_bfloat16 *)(&(v__33)));
+        }
+              nv_bfloat16 v__34 = f_ptr[((((((int)blockIdx.x) * 4) + (s * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__35 = ((uint)(*(ushort *)(&(v__34)))) << (uint)16;
+              nv_bfloat16 v__36 = f_ptr[((((((int)blockIdx.x) * 4) + (s * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__37 = ((uint)(*(ushort *)(&(v__36)))) << (uint)16;
+          float v__38 = ((dc_t * c_prev) * (*(float *)(&(v__35)))) * (0x1p+0f/*1.000000e+00*/ - (*(float *)(&(v__37))));
+        uint bits_2 = (*(uint *)(&(v__38)));
+        if ((uint)2139095040 < (bits_2 & (uint)2147483647)) {
+            ushort v__39 = (ushort)((bits_2 | (uint)4194304) >> (uint)16);
+          dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 1) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__39)));
+        } else {
+            ushort v__40 = (ushort)(((bits_2 + ((bits_2 >> (uint)16) & (uint)1)) + (uint)32767) >> (uint)16);
+          dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 1) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__40)));
+        }
+              nv_bfloat16 v__41 = f_ptr[((((((int)blockIdx.x) * 4) + (s * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__42 = ((uint)(*(ushort *)(&(v__41)))) << (uint)16;
+              nv_bfloat16 v__43 = f_ptr[((((((int)blockIdx.x) * 4) + (s * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__44 = ((uint)(*(ushort *)(&(v__43)))) << (uint)16;
+          float v__45 = ((dc_t * c_prev) * (*(float *)(&(v__42)))) * (0x1p+0f/*1.000000e+00*/ - (*(float *)(&(v__44))));
+        uint bits_3 = (*(uint *)(&(v__45)));
+        if ((uint)2139095040 < (bits_3 & (uint)2147483647)) {
+            ushort v__46 = (ushort)((bits_3 | (uint)4194304) >> (uint)16);
+          dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((int)blockIdx.x) * 4) + H) + (((int)threadIdx.x) & 3)) * T) + s) * B))] = (*(nv_bfloat16 *)(&(v__46)));
+        } else {
+            ushort v__47 = (ushort)(((bits_3 + ((bits_3 >> (uint)16) & (uint)1)) + (uint)32767) >> (uint)16);
+          dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((int)blockIdx.x) * 4) + H) + (((int)threadIdx.x) & 3)) * T) + s) * B))] = (*(nv_bfloat16 *)(&(v__47)));
+        }
+              nv_bfloat16 v__48 = i_ptr[((((((int)blockIdx.x) * 4) + (s * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__49 = ((uint)(*(ushort *)(&(v__48)))) << (uint)16;
+              nv_bfloat16 v__50 = g_ptr[((((((int)blockIdx.x) * 4) + (s * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__51 = ((uint)(*(ushort *)(&(v__50)))) << (uint)16;
+              nv_bfloat16 v__52 = g_ptr[((((((int)blockIdx.x) * 4) + (s * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__53 = ((uint)(*(ushort *)(&(v__52)))) << (uint)16;
+          float v__54 = (dc_t * (*(float *)(&(v__49)))) * (0x1p+0f/*1.000000e+00*/ - ((*(float *)(&(v__51))) * (*(float *)(&(v__53)))));
+        uint bits_4 = (*(uint *)(&(v__54)));
+        if ((uint)2139095040 < (bits_4 & (uint)2147483647)) {
+            ushort v__55 = (ushort)((bits_4 | (uint)4194304) >> (uint)16);
+          dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 2) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__55)));
+        } else {
+            ushort v__56 = (ushort)(((bits_4 + ((bits_4 >> (uint)16) & (uint)1)) + (uint)32767) >> (uint)16);
+          dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 2) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__56)));
+        }
+              nv_bfloat16 v__57 = i_ptr[((((((int)blockIdx.x) * 4) + (s * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__58 = ((uint)(*(ushort *)(&(v__57)))) << (uint)16;
+              nv_bfloat16 v__59 = g_ptr[((((((int)blockIdx.x) * 4) + (s * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__60 = ((uint)(*(ushort *)(&(v__59)))) << (uint)16;
+              nv_bfloat16 v__61 = g_ptr[((((((int)blockIdx.x) * 4) + (s * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__62 = ((uint)(*(ushort *)(&(v__61)))) << (uint)16;
+          float v__63 = (dc_t * (*(float *)(&(v__58)))) * (0x1p+0f/*1.000000e+00*/ - ((*(float *)(&(v__60))) * (*(float *)(&(v__62)))));
+        uint bits_5 = (*(uint *)(&(v__63)));
+        if ((uint)2139095040 < (bits_5 & (uint)2147483647)) {
+            ushort v__64 = (ushort)((bits_5 | (uint)4194304) >> (uint)16);
+          dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((int)blockIdx.x) * 4) + (H * 2)) + (((int)threadIdx.x) & 3)) * T) + s) * B))] = (*(nv_bfloat16 *)(&(v__64)));
+        } else {
+            ushort v__65 = (ushort)(((bits_5 + ((bits_5 >> (uint)16) & (uint)1)) + (uint)32767) >> (uint)16);
+          dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((int)blockIdx.x) * 4) + (H * 2)) + (((int)threadIdx.x) & 3)) * T) + s) * B))] = (*(nv_bfloat16 *)(&(v__65)));
+        }
+              nv_bfloat16 v__66 = tanhc_ptr[((((((int)blockIdx.x) * 4) + (s * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__67 = ((uint)(*(ushort *)(&(v__66)))) << (uint)16;
+              nv_bfloat16 v__68 = o_ptr[((((((int)blockIdx.x) * 4) + (s * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__69 = ((uint)(*(ushort *)(&(v__68)))) << (uint)16;
+              nv_bfloat16 v__70 = o_ptr[((((((int)blockIdx.x) * 4) + (s * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__71 = ((uint)(*(ushort *)(&(v__70)))) << (uint)16;
+          float v__72 = ((dh_t * (*(float *)(&(v__67)))) * (*(float *)(&(v__69)))) * (0x1p+0f/*1.000000e+00*/ - (*(float *)(&(v__71))));
+        uint bits_6 = (*(uint *)(&(v__72)));
+        if ((uint)2139095040 < (bits_6 & (uint)2147483647)) {
+            ushort v__73 = (ushort)((bits_6 | (uint)4194304) >> (uint)16);
+          dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 3) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__73)));
+        } else {
+            ushort v__74 = (ushort)(((bits_6 + ((bits_6 >> (uint)16) & (uint)1)) + (uint)32767) >> (uint)16);
+          dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 3) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__74)));
+        }
+              nv_bfloat16 v__75 = tanhc_ptr[((((((int)blockIdx.x) * 4) + (s * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__76 = ((uint)(*(ushort *)(&(v__75)))) << (uint)16;
+              nv_bfloat16 v__77 = o_ptr[((((((int)blockIdx.x) * 4) + (s * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__78 = ((uint)(*(ushort *)(&(v__77)))) << (uint)16;
+              nv_bfloat16 v__79 = o_ptr[((((((int)blockIdx.x) * 4) + (s * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__80 = ((uint)(*(ushort *)(&(v__79)))) << (uint)16;
+          float v__81 = ((dh_t * (*(float *)(&(v__76)))) * (*(float *)(&(v__78)))) * (0x1p+0f/*1.000000e+00*/ - (*(float *)(&(v__80))));
+        uint bits_7 = (*(uint *)(&(v__81)));
+        if ((uint)2139095040 < (bits_7 & (uint)2147483647)) {
+            ushort v__82 = (ushort)((bits_7 | (uint)4194304) >> (uint)16);
+          dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((int)blockIdx.x) * 4) + (H * 3)) + (((int)threadIdx.x) & 3)) * T) + s) * B))] = (*(nv_bfloat16 *)(&(v__82)));
+        } else {
+            ushort v__83 = (ushort)(((bits_7 + ((bits_7 >> (uint)16) & (uint)1)) + (uint)32767) >> (uint)16);
+          dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((int)blockIdx.x) * 4) + (H * 3)) + (((int)threadIdx.x) & 3)) * T) + s) * B))] = (*(nv_bfloat16 *)(&(v__83)));
+        }
+              nv_bfloat16 v__84 = f_ptr[((((((int)blockIdx.x) * 4) + (s * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__85 = ((uint)(*(ushort *)(&(v__84)))) << (uint)16;
+          float v__86 = dc_t * (*(float *)(&(v__85)));
+        uint bits_8 = (*(uint *)(&(v__86)));
+        if ((uint)2139095040 < (bits_8 & (uint)2147483647)) {
+            ushort v__87 = (ushort)((bits_8 | (uint)4194304) >> (uint)16);
+          dc0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__87)));
+        } else {
+            ushort v__88 = (ushort)(((bits_8 + ((bits_8 >> (uint)16) & (uint)1)) + (uint)32767) >> (uint)16);
+          dc0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__88)));
+        }
+      }
+      for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
+        dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + (n * 4)) * H)) + (((int)threadIdx.x) & 3))] = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * T) + s) * B)) + n)] = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + (n * 4)) + 1) * H)) + (((int)threadIdx.x) & 3))] = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((int)blockIdx.x) * 4) + H) + (((int)threadIdx.x) & 3)) * T) + s) * B)) + n)] = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + (n * 4)) + 2) * H)) + (((int)threadIdx.x) & 3))] = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((int)blockIdx.x) * 4) + (H * 2)) + (((int)threadIdx.x) & 3)) * T) + s) * B)) + n)] = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + (n * 4)) + 3) * H)) + (((int)threadIdx.x) & 3))] = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((int)blockIdx.x) * 4) + (H * 3)) + (((int)threadIdx.x) & 3)) * T) + s) * B)) + n)] = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
+      }
+    }
+    fg_grid_sync(((H + 3) >> 2));
+    for (int pass = 0; pass < ((n + 15) >> 4); ++pass) {
+      if (H <= 5152) {
+        acc_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[1] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[2] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int kg = 0; kg < ((H + 15) >> 4); ++kg) {
+          ushort condval_2;
+          if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && (((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              nv_bfloat16 v__89 = dgates_ptr[(min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((((min(((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * 4) + ((s * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            condval_2 = (*(ushort *)(&(v__89)));
+          } else {
+            condval_2 = (ushort)0;
+          }
+          ushort condval_3;
+          if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && (((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              nv_bfloat16 v__90 = dgates_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((((min(((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * 4) + ((s * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            condval_3 = (*(ushort *)(&(v__90)));
+          } else {
+            condval_3 = (ushort)0;
+          }
+          frag_a_ptr[0] = (((uint)condval_2) | (((uint)condval_3) << (uint)16));
+          ushort condval_4;
+          if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && ((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              nv_bfloat16 v__91 = dgates_ptr[(min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((((min((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * 4) + ((s * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            condval_4 = (*(ushort *)(&(v__91)));
+          } else {
+            condval_4 = (ushort)0;
+          }
+          ushort condval_5;
+          if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && ((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              nv_bfloat16 v__92 = dgates_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((((min((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * 4) + ((s * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            condval_5 = (*(ushort *)(&(v__92)));
+          } else {
+            condval_5 = (ushort)0;
+          }
+          frag_a_ptr[1] = (((uint)condval_4) | (((uint)condval_5) << (uint)16));
+          ushort condval_6;
+          if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && (((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              nv_bfloat16 v__93 = dgates_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((((min(((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * 4) + ((s * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            condval_6 = (*(ushort *)(&(v__93)));
+          } else {
+            condval_6 = (ushort)0;
+          }
+          ushort condval_7;
+          if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && (((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              nv_bfloat16 v__94 = dgates_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((((min(((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * 4) + ((s * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            condval_7 = (*(ushort *)(&(v__94)));
+          } else {
+            condval_7 = (ushort)0;
+          }
+          frag_a_ptr[2] = (((uint)condval_6) | (((uint)condval_7) << (uint)16));
+          ushort condval_8;
+          if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && ((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              nv_bfloat16 v__95 = dgates_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((((min((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * 4) + ((s * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            condval_8 = (*(ushort *)(&(v__95)));
+          } else {
+            condval_8 = (ushort)0;
+          }
+          ushort condval_9;
+          if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && ((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              nv_bfloat16 v__96 = dgates_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((((min((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * 4) + ((s * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            condval_9 = (*(ushort *)(&(v__96)));
+          } else {
+            condval_9 = (ushort)0;
+          }
+          frag_a_ptr[3] = (((uint)condval_8) | (((uint)condval_9) << (uint)16));
+          ushort condval_10;
+          if (((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) {
+            condval_10 = w_shared_ptr[(((min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) * 16) + ((((int)threadIdx.x) >> 5) * 4)) + min(((((int)threadIdx.x) & 31) >> 2), 3))];
+          } else {
+            condval_10 = (ushort)0;
+          }
+          ushort condval_11;
+          if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) {
+            condval_11 = w_shared_ptr[(((min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) * 16) + ((((int)threadIdx.x) >> 5) * 4)) + min(((((int)threadIdx.x) & 31) >> 2), 3))];
+          } else {
+            condval_11 = (ushort)0;
+          }
+          frag_b_ptr[0] = (((uint)condval_10) | (((uint)condval_11) << (uint)16));
+          ushort condval_12;
+          if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) {
+            condval_12 = w_shared_ptr[(((min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) * 16) + ((((int)threadIdx.x) >> 5) * 4)) + min(((((int)threadIdx.x) & 31) >> 2), 3))];
+          } else {
+            condval_12 = (ushort)0;
+          }
+          ushort condval_13;
+          if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) {
+            condval_13 = w_shared_ptr[(((min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) * 16) + ((((int)threadIdx.x) >> 5) * 4)) + min(((((int)threadIdx.x) & 31) >> 2), 3))];
+          } else {
+            condval_13 = (ushort)0;
+          }
+          frag_b_ptr[1] = (((uint)condval_12) | (((uint)condval_13) << (uint)16));
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_ptr + 0))[0]), "=f"(((float *)(acc_ptr + 0))[1]), "=f"(((float *)(acc_ptr + 0))[2]), "=f"(((float *)(acc_ptr + 0))[3])
+      : "r"(((unsigned *)(frag_a_ptr + 0))[0]), "r"(((unsigned *)(frag_a_ptr + 0))[1]), "r"(((unsigned *)(frag_a_ptr + 0))[2]), "r"(((unsigned *)(frag_a_ptr + 0))[3]), "r"(((unsigned *)(frag_b_ptr + 0))[0]), "r"(((unsigned *)(frag_b_ptr + 0))[1]), "f"(((float *)(acc_ptr + 0))[0]), "f"(((float *)(acc_ptr + 0))[1]), "f"(((float *)(acc_ptr + 0))[2]), "f"(((float *)(acc_ptr + 0))[3]));
+  }
+        }
+        part_ptr[(((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2))] = acc_ptr[0];
+        part_ptr[((((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2)) + 1)] = acc_ptr[1];
+        part_ptr[((((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2)) + 64)] = acc_ptr[2];
+        part_ptr[((((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2)) + 65)] = acc_ptr[3];
+      } else {
+        acc_ptr_1[0] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[1] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[2] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int kg_1 = 0; kg_1 < ((H + 15) >> 4); ++kg_1) {
+          ushort condval_14;
+          if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && (((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              nv_bfloat16 v__97 = dgates_ptr[(min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((((min(((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * 4) + ((s * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            condval_14 = (*(ushort *)(&(v__97)));
+          } else {
+            condval_14 = (ushort)0;
+          }
+          ushort condval_15;
+          if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && (((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              nv_bfloat16 v__98 = dgates_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((((min(((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * 4) + ((s * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            condval_15 = (*(ushort *)(&(v__98)));
+          } else {
+            condval_15 = (ushort)0;
+          }
+          frag_a_ptr_1[0] = (((uint)condval_14) | (((uint)condval_15) << (uint)16));
+          ushort condval_16;
+          if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && ((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              nv_bfloat16 v__99 = dgates_ptr[(min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((((min((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * 4) + ((s * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            condval_16 = (*(ushort *)(&(v__99)));
+          } else {
+            condval_16 = (ushort)0;
+          }
+          ushort condval_17;
+          if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && ((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              nv_bfloat16 v__100 = dgates_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((((min((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * 4) + ((s * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            condval_17 = (*(ushort *)(&(v__100)));
+          } else {
+            condval_17 = (ushort)0;
+          }
+          frag_a_ptr_1[1] = (((uint)condval_16) | (((uint)condval_17) << (uint)16));
+          ushort condval_18;
+          if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && (((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              nv_bfloat16 v__101 = dgates_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((((min(((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * 4) + ((s * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            condval_18 = (*(ushort *)(&(v__101)));
+          } else {
+            condval_18 = (ushort)0;
+          }
+          ushort condval_19;
+          if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && (((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              nv_bfloat16 v__102 = dgates_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((((min(((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * 4) + ((s * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            condval_19 = (*(ushort *)(&(v__102)));
+          } else {
+            condval_19 = (ushort)0;
+          }
+          frag_a_ptr_1[2] = (((uint)condval_18) | (((uint)condval_19) << (uint)16));
+          ushort condval_20;
+          if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && ((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              nv_bfloat16 v__103 = dgates_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((((min((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * 4) + ((s * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            condval_20 = (*(ushort *)(&(v__103)));
+          } else {
+            condval_20 = (ushort)0;
+          }
+          ushort condval_21;
+          if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && ((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              nv_bfloat16 v__104 = dgates_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((((min((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * 4) + ((s * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            condval_21 = (*(ushort *)(&(v__104)));
+          } else {
+            condval_21 = (ushort)0;
+          }
+          frag_a_ptr_1[3] = (((uint)condval_20) | (((uint)condval_21) << (uint)16));
+          ushort condval_22;
+          if (((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) {
+              nv_bfloat16 v__105 = w_hh_ptr[((min(((((int)blockIdx.x) * 4) + min(((((int)threadIdx.x) & 31) >> 2), 3)), (H - 1)) + ((((int)threadIdx.x) >> 5) * w_hh_s0)) + (min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) * w_hh_s1))];
+            condval_22 = (*(ushort *)(&(v__105)));
+          } else {
+            condval_22 = (ushort)0;
+          }
+          ushort condval_23;
+          if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) {
+              nv_bfloat16 v__106 = w_hh_ptr[((min(((((int)blockIdx.x) * 4) + min(((((int)threadIdx.x) & 31) >> 2), 3)), (H - 1)) + ((((int)threadIdx.x) >> 5) * w_hh_s0)) + (min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) * w_hh_s1))];
+            condval_23 = (*(ushort *)(&(v__106)));
+          } else {
+            condval_23 = (ushort)0;
+          }
+          frag_b_ptr_1[0] = (((uint)condval_22) | (((uint)condval_23) << (uint)16));
+          ushort condval_24;
+          if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) {
+              nv_bfloat16 v__107 = w_hh_ptr[((min(((((int)blockIdx.x) * 4) + min(((((int)threadIdx.x) & 31) >> 2), 3)), (H - 1)) + ((((int)threadIdx.x) >> 5) * w_hh_s0)) + (min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) * w_hh_s1))];
+            condval_24 = (*(ushort *)(&(v__107)));
+          } else {
+            condval_24 = (ushort)0;
+          }
+          ushort condval_25;
+          if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) {
+              nv_bfloat16 v__108 = w_hh_ptr[((min(((((int)blockIdx.x) * 4) + min(((((int)threadIdx.x) & 31) >> 2), 3)), (H - 1)) + ((((int)threadIdx.x) >> 5) * w_hh_s0)) + (min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) * w_hh_s1))];
+            condval_25 = (*(ushort *)(&(v__108)));
+          } else {
+            condval_25 = (ushort)0;
+          }
+          frag_b_ptr_1[1] = (((uint)condval_24) | (((uint)condval_25) << (uint)16));
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_ptr_1 + 0))[0]), "=f"(((float *)(acc_ptr_1 + 0))[1]), "=f"(((float *)(acc_ptr_1 + 0))[2]), "=f"(((float *)(acc_ptr_1 + 0))[3])
+      : "r"(((unsigned *)(frag_a_ptr_1 + 0))[0]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[1]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[2]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[3]), "r"(((unsigned *)(frag_b_ptr_1 + 0))[0]), "r"(((unsigned *)(frag_b_ptr_1 + 0))[1]), "f"(((float *)(acc_ptr_1 + 0))[0]), "f"(((float *)(acc_ptr_1 + 0))[1]), "f"(((float *)(acc_ptr_1 + 0))[2]), "f"(((float *)(acc_ptr_1 + 0))[3]));
+  }
+        }
+        part_ptr[(((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2))] = acc_ptr_1[0];
+        part_ptr[((((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2)) + 1)] = acc_ptr_1[1];
+        part_ptr[((((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2)) + 64)] = acc_ptr_1[2];
+        part_ptr[((((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2)) + 65)] = acc_ptr_1[3];
+      }
+      __syncthreads();
+      if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+        for (int q_3 = 0; q_3 < (max(((min((n - (pass * 16)), 16) + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_3) {
+            float v__109 = ((part_ptr[(((q_3 * 256) + ((((int)threadIdx.x) >> 2) * 8)) + (((int)threadIdx.x) & 3))] + part_ptr[((((q_3 * 256) + ((((int)threadIdx.x) >> 2) * 8)) + (((int)threadIdx.x) & 3)) + 128)]) + part_ptr[((((q_3 * 256) + ((((int)threadIdx.x) >> 2) * 8)) + (((int)threadIdx.x) & 3)) + 256)]) + part_ptr[((((q_3 * 256) + ((((int)threadIdx.x) >> 2) * 8)) + (((int)threadIdx.x) & 3)) + 384)];
+          uint bits_9 = (*(uint *)(&(v__109)));
+          if ((uint)2139095040 < (bits_9 & (uint)2147483647)) {
+              ushort v__110 = (ushort)((bits_9 | (uint)4194304) >> (uint)16);
+            dh0_ptr[(((((int)blockIdx.x) * 4) + ((((q_3 * 32) + (pass * 16)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__110)));
+          } else {
+              ushort v__111 = (ushort)(((bits_9 + ((bits_9 >> (uint)16) & (uint)1)) + (uint)32767) >> (uint)16);
+            dh0_ptr[(((((int)blockIdx.x) * 4) + ((((q_3 * 32) + (pass * 16)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__111)));
+          }
+        }
+      }
+      __syncthreads();
     }
   }
 }

@@ -4,7 +4,9 @@
 // regenerate: fusedgrad generate --sources
 // fg_lstm_layer_backward_float16__none: variant {'reverse': False}, schedule rule LstmLayerBackward
 // fg_lstm_layer_backward_float16__reverse: variant {'reverse': True}, schedule rule LstmLayerBackward
+// fg_lstm_layer_backward_float16__reverse_tensor_cores: variant {'reverse': True, 'tensor_cores': True}, schedule rule LstmLayerBackward
 // fg_lstm_layer_backward_float16__reverse_w_hh_global: variant {'reverse': True, 'w_hh_global': True}, schedule rule LstmLayerBackward
+// fg_lstm_layer_backward_float16__tensor_cores: variant {'reverse': False, 'tensor_cores': True}, schedule rule LstmLayerBackward
 // fg_lstm_layer_backward_float16__w_hh_global: variant {'reverse': False, 'w_hh_global': True}, schedule rule LstmLayerBackward
 // ---- the grid barrier of the persistent kernels (fusedgrad targets/cuda_grid_sync.cuh)
 // A counter every block's thread 0 increments on arrival; the last to arrive sets it back to zero and
@@ -143,6 +145,8 @@ __host__ __device__ half4 make_half4(__half x, __half y, __half z, __half w) {
     return half4(x, y, z, w);
 }
 
+#include <mma.h>
+
 #if (((__CUDACC_VER_MAJOR__ == 11) && (__CUDACC_VER_MINOR__ >= 4)) || \
      (__CUDACC_VER_MAJOR__ > 11))
 #define TVM_ENABLE_L2_PREFETCH 1
@@ -165,6 +169,8 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float16
 extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float16__reverse_kernel(int* __restrict__ batch_sizes_ptr, half* __restrict__ c_ptr, half* __restrict__ c0_ptr, half* __restrict__ dc0_ptr, half* __restrict__ dgates_ptr, half* __restrict__ dgates_t_ptr, half* __restrict__ dh0_ptr, half* __restrict__ dy_ptr, half* __restrict__ f_ptr, half* __restrict__ g_ptr, half* __restrict__ grad_cy_ptr, half* __restrict__ grad_hy_ptr, half* __restrict__ i_ptr, half* __restrict__ o_ptr, half* __restrict__ tanhc_ptr, half* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1);
 extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float16__w_hh_global_kernel(int* __restrict__ batch_sizes_ptr, half* __restrict__ c_ptr, half* __restrict__ c0_ptr, half* __restrict__ dc0_ptr, half* __restrict__ dgates_ptr, half* __restrict__ dgates_t_ptr, half* __restrict__ dh0_ptr, half* __restrict__ dy_ptr, half* __restrict__ f_ptr, half* __restrict__ g_ptr, half* __restrict__ grad_cy_ptr, half* __restrict__ grad_hy_ptr, half* __restrict__ i_ptr, half* __restrict__ o_ptr, half* __restrict__ tanhc_ptr, half* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1);
 extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float16__reverse_w_hh_global_kernel(int* __restrict__ batch_sizes_ptr, half* __restrict__ c_ptr, half* __restrict__ c0_ptr, half* __restrict__ dc0_ptr, half* __restrict__ dgates_ptr, half* __restrict__ dgates_t_ptr, half* __restrict__ dh0_ptr, half* __restrict__ dy_ptr, half* __restrict__ f_ptr, half* __restrict__ g_ptr, half* __restrict__ grad_cy_ptr, half* __restrict__ grad_hy_ptr, half* __restrict__ i_ptr, half* __restrict__ o_ptr, half* __restrict__ tanhc_ptr, half* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1);
+extern "C" __global__ void __launch_bounds__(128, 1) fg_lstm_layer_backward_float16__tensor_cores_kernel(int* __restrict__ batch_sizes_ptr, half* __restrict__ c_ptr, half* __restrict__ c0_ptr, half* __restrict__ dc0_ptr, half* __restrict__ dgates_ptr, half* __restrict__ dgates_t_ptr, half* __restrict__ dh0_ptr, half* __restrict__ dy_ptr, half* __restrict__ f_ptr, half* __restrict__ g_ptr, half* __restrict__ grad_cy_ptr, half* __restrict__ grad_hy_ptr, half* __restrict__ i_ptr, half* __restrict__ o_ptr, half* __restrict__ tanhc_ptr, half* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1);
+extern "C" __global__ void __launch_bounds__(128, 1) fg_lstm_layer_backward_float16__reverse_tensor_cores_kernel(int* __restrict__ batch_sizes_ptr, half* __restrict__ c_ptr, half* __restrict__ c0_ptr, half* __restrict__ dc0_ptr, half* __restrict__ dgates_ptr, half* __restrict__ dgates_t_ptr, half* __restrict__ dh0_ptr, half* __restrict__ dy_ptr, half* __restrict__ f_ptr, half* __restrict__ g_ptr, half* __restrict__ grad_cy_ptr, half* __restrict__ grad_hy_ptr, half* __restrict__ i_ptr, half* __restrict__ o_ptr, half* __restrict__ tanhc_ptr, half* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1);
 extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float16__none_kernel(int* __restrict__ batch_sizes_ptr, half* __restrict__ c_ptr, half* __restrict__ c0_ptr, half* __restrict__ dc0_ptr, half* __restrict__ dgates_ptr, half* __restrict__ dgates_t_ptr, half* __restrict__ dh0_ptr, half* __restrict__ dy_ptr, half* __restrict__ f_ptr, half* __restrict__ g_ptr, half* __restrict__ grad_cy_ptr, half* __restrict__ grad_hy_ptr, half* __restrict__ i_ptr, half* __restrict__ o_ptr, half* __restrict__ tanhc_ptr, half* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1) {
   extern __shared__ __align__(64) half w_shared_ptr[];
   alignas(64) float dh_part_ptr[4];
@@ -1629,6 +1635,552 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float16
         }
         dh0_ptr[(((((int)blockIdx.x) * 4) + (((q_3 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = ((half)(((dh_part_ptr[0] + dh_part_ptr[1]) + dh_part_ptr[2]) + dh_part_ptr[3]));
       }
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128, 1) fg_lstm_layer_backward_float16__tensor_cores_kernel(int* __restrict__ batch_sizes_ptr, half* __restrict__ c_ptr, half* __restrict__ c0_ptr, half* __restrict__ dc0_ptr, half* __restrict__ dgates_ptr, half* __restrict__ dgates_t_ptr, half* __restrict__ dh0_ptr, half* __restrict__ dy_ptr, half* __restrict__ f_ptr, half* __restrict__ g_ptr, half* __restrict__ grad_cy_ptr, half* __restrict__ grad_hy_ptr, half* __restrict__ i_ptr, half* __restrict__ o_ptr, half* __restrict__ tanhc_ptr, half* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1) {
+  extern __shared__ __align__(64) half w_shared_ptr[];
+  __shared__ alignas(64) float part_ptr[512];
+  alignas(64) float acc_ptr[4];
+  alignas(64) uint frag_a_ptr[4];
+  alignas(64) uint frag_b_ptr[2];
+  alignas(64) float acc_ptr_1[4];
+  alignas(64) uint frag_a_ptr_1[4];
+  alignas(64) uint frag_b_ptr_1[2];
+  if (H <= 5152) {
+    for (int e = 0; e < ((H + 7) >> 3); ++e) {
+      if (((e * 128) + ((int)threadIdx.x)) < (H * 16)) {
+        half condval;
+        if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+          condval = w_hh_ptr[((min(((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)), (H - 1)) + (((((int)threadIdx.x) & 15) >> 2) * w_hh_s0)) + (((e * 8) + (((int)threadIdx.x) >> 4)) * w_hh_s1))];
+        } else {
+          condval = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        }
+        w_shared_ptr[((e * 128) + ((int)threadIdx.x))] = condval;
+      }
+    }
+  }
+  __syncthreads();
+  bool fits = (H <= 5152);
+  if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+    for (int q = 0; q < (((B + 31) - (((int)threadIdx.x) >> 2)) >> 5); ++q) {
+      dh0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = grad_hy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * grad_hy_s0)) + (((int)threadIdx.x) & 3))];
+      dc0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = grad_cy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * grad_cy_s0)) + (((int)threadIdx.x) & 3))];
+    }
+  }
+  for (int s = 0; s < T; ++s) {
+    int tt = ((T - s) - 1);
+    int n = batch_sizes_ptr[((T - s) - 1)];
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+      for (int q_1 = 0; q_1 < (max(((n + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_1) {
+        float dh_t = (((float)dh0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))]) + ((float)dy_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * dy_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * dy_s1)) + (((int)threadIdx.x) & 3))]));
+        half condval_1;
+        if ((2 <= (T - s)) && (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < batch_sizes_ptr[max((min(((T - s) - 1), T) - 1), 0)])) {
+          condval_1 = c_ptr[((((((int)blockIdx.x) * 4) + ((min(((T - s) - 1), T) - 1) * c_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * c_s1)) + (((int)threadIdx.x) & 3))];
+        } else {
+          condval_1 = c0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * c0_s0)) + (((int)threadIdx.x) & 3))];
+        }
+        float c_prev = ((float)condval_1);
+        float dc_t = (((float)dc0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))]) + ((dh_t * ((float)o_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))])) * (0x1p+0f/*1.000000e+00*/ - (((float)tanhc_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))]) * ((float)tanhc_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))])))));
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) * H)) + (((int)threadIdx.x) & 3))] = ((half)(((dc_t * ((float)g_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))])) * ((float)i_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))])) * (0x1p+0f/*1.000000e+00*/ - ((float)i_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]))));
+        dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((((((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B))] = ((half)(((dc_t * ((float)g_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))])) * ((float)i_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))])) * (0x1p+0f/*1.000000e+00*/ - ((float)i_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]))));
+        dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H)) + (((int)threadIdx.x) & 3))] = ((half)(((dc_t * c_prev) * ((float)f_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))])) * (0x1p+0f/*1.000000e+00*/ - ((float)f_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]))));
+        dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((((int)blockIdx.x) * 4) + H) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B))] = ((half)(((dc_t * c_prev) * ((float)f_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))])) * (0x1p+0f/*1.000000e+00*/ - ((float)f_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]))));
+        dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 2) * H)) + (((int)threadIdx.x) & 3))] = ((half)((dc_t * ((float)i_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))])) * (0x1p+0f/*1.000000e+00*/ - (((float)g_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))]) * ((float)g_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))])))));
+        dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((((int)blockIdx.x) * 4) + (H * 2)) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B))] = ((half)((dc_t * ((float)i_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))])) * (0x1p+0f/*1.000000e+00*/ - (((float)g_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))]) * ((float)g_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))])))));
+        dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 3) * H)) + (((int)threadIdx.x) & 3))] = ((half)(((dh_t * ((float)tanhc_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))])) * ((float)o_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))])) * (0x1p+0f/*1.000000e+00*/ - ((float)o_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))]))));
+        dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((((int)blockIdx.x) * 4) + (H * 3)) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B))] = ((half)(((dh_t * ((float)tanhc_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))])) * ((float)o_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))])) * (0x1p+0f/*1.000000e+00*/ - ((float)o_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))]))));
+        dc0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = ((half)(dc_t * ((float)f_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))])));
+      }
+      for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
+        dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + (n * 4)) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((((((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B)) + n)] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + (n * 4)) + 1) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((((int)blockIdx.x) * 4) + H) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B)) + n)] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + (n * 4)) + 2) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((((int)blockIdx.x) * 4) + (H * 2)) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B)) + n)] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + (n * 4)) + 3) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((((int)blockIdx.x) * 4) + (H * 3)) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B)) + n)] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+      }
+    }
+    fg_grid_sync(((H + 3) >> 2));
+    for (int pass = 0; pass < ((n + 15) >> 4); ++pass) {
+      if (H <= 5152) {
+        acc_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[1] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[2] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int kg = 0; kg < ((H + 15) >> 4); ++kg) {
+            half condval_2;
+            if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && (((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              condval_2 = dgates_ptr[(min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((((min(((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * 4) + ((((T - s) - 1) * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            } else {
+              condval_2 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_3;
+            if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && (((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              condval_3 = dgates_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((((min(((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * 4) + ((((T - s) - 1) * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            } else {
+              condval_3 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr[0] = (((uint)(*(ushort *)(&(condval_2)))) | (((uint)(*(ushort *)(&(condval_3)))) << (uint)16));
+            half condval_4;
+            if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && ((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              condval_4 = dgates_ptr[(min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((((min((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * 4) + ((((T - s) - 1) * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            } else {
+              condval_4 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_5;
+            if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && ((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              condval_5 = dgates_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((((min((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * 4) + ((((T - s) - 1) * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            } else {
+              condval_5 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr[1] = (((uint)(*(ushort *)(&(condval_4)))) | (((uint)(*(ushort *)(&(condval_5)))) << (uint)16));
+            half condval_6;
+            if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && (((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              condval_6 = dgates_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((((min(((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * 4) + ((((T - s) - 1) * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            } else {
+              condval_6 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_7;
+            if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && (((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              condval_7 = dgates_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((((min(((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * 4) + ((((T - s) - 1) * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            } else {
+              condval_7 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr[2] = (((uint)(*(ushort *)(&(condval_6)))) | (((uint)(*(ushort *)(&(condval_7)))) << (uint)16));
+            half condval_8;
+            if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && ((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              condval_8 = dgates_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((((min((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * 4) + ((((T - s) - 1) * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            } else {
+              condval_8 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_9;
+            if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && ((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              condval_9 = dgates_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((((min((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * 4) + ((((T - s) - 1) * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            } else {
+              condval_9 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr[3] = (((uint)(*(ushort *)(&(condval_8)))) | (((uint)(*(ushort *)(&(condval_9)))) << (uint)16));
+            half condval_10;
+            if (((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) {
+              condval_10 = w_shared_ptr[(((min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) * 16) + ((((int)threadIdx.x) >> 5) * 4)) + min(((((int)threadIdx.x) & 31) >> 2), 3))];
+            } else {
+              condval_10 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_11;
+            if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) {
+              condval_11 = w_shared_ptr[(((min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) * 16) + ((((int)threadIdx.x) >> 5) * 4)) + min(((((int)threadIdx.x) & 31) >> 2), 3))];
+            } else {
+              condval_11 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_b_ptr[0] = (((uint)(*(ushort *)(&(condval_10)))) | (((uint)(*(ushort *)(&(condval_11)))) << (uint)16));
+            half condval_12;
+            if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) {
+              condval_12 = w_shared_ptr[(((min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) * 16) + ((((int)threadIdx.x) >> 5) * 4)) + min(((((int)threadIdx.x) & 31) >> 2), 3))];
+            } else {
+              condval_12 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_13;
+            if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) {
+              condval_13 = w_shared_ptr[(((min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) * 16) + ((((int)threadIdx.x) >> 5) * 4)) + min(((((int)threadIdx.x) & 31) >> 2), 3))];
+            } else {
+              condval_13 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_b_ptr[1] = (((uint)(*(ushort *)(&(condval_12)))) | (((uint)(*(ushort *)(&(condval_13)))) << (uint)16));
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_ptr + 0))[0]), "=f"(((float *)(acc_ptr + 0))[1]), "=f"(((float *)(acc_ptr + 0))[2]), "=f"(((float *)(acc_ptr + 0))[3])
+      : "r"(((unsigned *)(frag_a_ptr + 0))[0]), "r"(((unsigned *)(frag_a_ptr + 0))[1]), "r"(((unsigned *)(frag_a_ptr + 0))[2]), "r"(((unsigned *)(frag_a_ptr + 0))[3]), "r"(((unsigned *)(frag_b_ptr + 0))[0]), "r"(((unsigned *)(frag_b_ptr + 0))[1]), "f"(((float *)(acc_ptr + 0))[0]), "f"(((float *)(acc_ptr + 0))[1]), "f"(((float *)(acc_ptr + 0))[2]), "f"(((float *)(acc_ptr + 0))[3]));
+  }
+        }
+        part_ptr[(((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2))] = acc_ptr[0];
+        part_ptr[((((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2)) + 1)] = acc_ptr[1];
+        part_ptr[((((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2)) + 64)] = acc_ptr[2];
+        part_ptr[((((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2)) + 65)] = acc_ptr[3];
+      } else {
+        acc_ptr_1[0] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[1] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[2] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int kg_1 = 0; kg_1 < ((H + 15) >> 4); ++kg_1) {
+            half condval_14;
+            if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && (((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              condval_14 = dgates_ptr[(min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((((min(((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * 4) + ((((T - s) - 1) * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            } else {
+              condval_14 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_15;
+            if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && (((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              condval_15 = dgates_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((((min(((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * 4) + ((((T - s) - 1) * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            } else {
+              condval_15 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr_1[0] = (((uint)(*(ushort *)(&(condval_14)))) | (((uint)(*(ushort *)(&(condval_15)))) << (uint)16));
+            half condval_16;
+            if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && ((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              condval_16 = dgates_ptr[(min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((((min((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * 4) + ((((T - s) - 1) * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            } else {
+              condval_16 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_17;
+            if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && ((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              condval_17 = dgates_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((((min((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * 4) + ((((T - s) - 1) * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            } else {
+              condval_17 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr_1[1] = (((uint)(*(ushort *)(&(condval_16)))) | (((uint)(*(ushort *)(&(condval_17)))) << (uint)16));
+            half condval_18;
+            if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && (((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              condval_18 = dgates_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((((min(((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * 4) + ((((T - s) - 1) * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            } else {
+              condval_18 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_19;
+            if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && (((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              condval_19 = dgates_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((((min(((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * 4) + ((((T - s) - 1) * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            } else {
+              condval_19 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr_1[2] = (((uint)(*(ushort *)(&(condval_18)))) | (((uint)(*(ushort *)(&(condval_19)))) << (uint)16));
+            half condval_20;
+            if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && ((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              condval_20 = dgates_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((((min((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * 4) + ((((T - s) - 1) * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            } else {
+              condval_20 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_21;
+            if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && ((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              condval_21 = dgates_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((((min((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * 4) + ((((T - s) - 1) * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            } else {
+              condval_21 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr_1[3] = (((uint)(*(ushort *)(&(condval_20)))) | (((uint)(*(ushort *)(&(condval_21)))) << (uint)16));
+            half condval_22;
+            if (((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) {
+              condval_22 = w_hh_ptr[((min(((((int)blockIdx.x) * 4) + min(((((int)threadIdx.x) & 31) >> 2), 3)), (H - 1)) + ((((int)threadIdx.x) >> 5) * w_hh_s0)) + (min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) * w_hh_s1))];
+            } else {
+              condval_22 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_23;
+            if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) {
+              condval_23 = w_hh_ptr[((min(((((int)blockIdx.x) * 4) + min(((((int)threadIdx.x) & 31) >> 2), 3)), (H - 1)) + ((((int)threadIdx.x) >> 5) * w_hh_s0)) + (min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) * w_hh_s1))];
+            } else {
+              condval_23 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_b_ptr_1[0] = (((uint)(*(ushort *)(&(condval_22)))) | (((uint)(*(ushort *)(&(condval_23)))) << (uint)16));
+            half condval_24;
+            if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) {
+              condval_24 = w_hh_ptr[((min(((((int)blockIdx.x) * 4) + min(((((int)threadIdx.x) & 31) >> 2), 3)), (H - 1)) + ((((int)threadIdx.x) >> 5) * w_hh_s0)) + (min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) * w_hh_s1))];
+            } else {
+              condval_24 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_25;
+            if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) {
+              condval_25 = w_hh_ptr[((min(((((int)blockIdx.x) * 4) + min(((((int)threadIdx.x) & 31) >> 2), 3)), (H - 1)) + ((((int)threadIdx.x) >> 5) * w_hh_s0)) + (min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) * w_hh_s1))];
+            } else {
+              condval_25 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_b_ptr_1[1] = (((uint)(*(ushort *)(&(condval_24)))) | (((uint)(*(ushort *)(&(condval_25)))) << (uint)16));
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_ptr_1 + 0))[0]), "=f"(((float *)(acc_ptr_1 + 0))[1]), "=f"(((float *)(acc_ptr_1 + 0))[2]), "=f"(((float *)(acc_ptr_1 + 0))[3])
+      : "r"(((unsigned *)(frag_a_ptr_1 + 0))[0]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[1]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[2]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[3]), "r"(((unsigned *)(frag_b_ptr_1 + 0))[0]), "r"(((unsigned *)(frag_b_ptr_1 + 0))[1]), "f"(((float *)(acc_ptr_1 + 0))[0]), "f"(((float *)(acc_ptr_1 + 0))[1]), "f"(((float *)(acc_ptr_1 + 0))[2]), "f"(((float *)(acc_ptr_1 + 0))[3]));
+  }
+        }
+        part_ptr[(((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2))] = acc_ptr_1[0];
+        part_ptr[((((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2)) + 1)] = acc_ptr_1[1];
+        part_ptr[((((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2)) + 64)] = acc_ptr_1[2];
+        part_ptr[((((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2)) + 65)] = acc_ptr_1[3];
+      }
+      __syncthreads();
+      if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+        for (int q_3 = 0; q_3 < (max(((min((n - (pass * 16)), 16) + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_3) {
+          dh0_ptr[(((((int)blockIdx.x) * 4) + ((((q_3 * 32) + (pass * 16)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = ((half)(((part_ptr[(((q_3 * 256) + ((((int)threadIdx.x) >> 2) * 8)) + (((int)threadIdx.x) & 3))] + part_ptr[((((q_3 * 256) + ((((int)threadIdx.x) >> 2) * 8)) + (((int)threadIdx.x) & 3)) + 128)]) + part_ptr[((((q_3 * 256) + ((((int)threadIdx.x) >> 2) * 8)) + (((int)threadIdx.x) & 3)) + 256)]) + part_ptr[((((q_3 * 256) + ((((int)threadIdx.x) >> 2) * 8)) + (((int)threadIdx.x) & 3)) + 384)]));
+        }
+      }
+      __syncthreads();
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128, 1) fg_lstm_layer_backward_float16__reverse_tensor_cores_kernel(int* __restrict__ batch_sizes_ptr, half* __restrict__ c_ptr, half* __restrict__ c0_ptr, half* __restrict__ dc0_ptr, half* __restrict__ dgates_ptr, half* __restrict__ dgates_t_ptr, half* __restrict__ dh0_ptr, half* __restrict__ dy_ptr, half* __restrict__ f_ptr, half* __restrict__ g_ptr, half* __restrict__ grad_cy_ptr, half* __restrict__ grad_hy_ptr, half* __restrict__ i_ptr, half* __restrict__ o_ptr, half* __restrict__ tanhc_ptr, half* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1) {
+  extern __shared__ __align__(64) half w_shared_ptr[];
+  __shared__ alignas(64) float part_ptr[512];
+  alignas(64) float acc_ptr[4];
+  alignas(64) uint frag_a_ptr[4];
+  alignas(64) uint frag_b_ptr[2];
+  alignas(64) float acc_ptr_1[4];
+  alignas(64) uint frag_a_ptr_1[4];
+  alignas(64) uint frag_b_ptr_1[2];
+  if (H <= 5152) {
+    for (int e = 0; e < ((H + 7) >> 3); ++e) {
+      if (((e * 128) + ((int)threadIdx.x)) < (H * 16)) {
+        half condval;
+        if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+          condval = w_hh_ptr[((min(((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)), (H - 1)) + (((((int)threadIdx.x) & 15) >> 2) * w_hh_s0)) + (((e * 8) + (((int)threadIdx.x) >> 4)) * w_hh_s1))];
+        } else {
+          condval = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        }
+        w_shared_ptr[((e * 128) + ((int)threadIdx.x))] = condval;
+      }
+    }
+  }
+  __syncthreads();
+  bool fits = (H <= 5152);
+  if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+    for (int q = 0; q < (((B + 31) - (((int)threadIdx.x) >> 2)) >> 5); ++q) {
+      dh0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = grad_hy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * grad_hy_s0)) + (((int)threadIdx.x) & 3))];
+      dc0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = grad_cy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * grad_cy_s0)) + (((int)threadIdx.x) & 3))];
+    }
+  }
+  for (int s = 0; s < T; ++s) {
+    int tt = s;
+    int n = batch_sizes_ptr[s];
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+      for (int q_1 = 0; q_1 < (max(((n + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_1) {
+        float dh_t = (((float)dh0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))]) + ((float)dy_ptr[((((((int)blockIdx.x) * 4) + (s * dy_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * dy_s1)) + (((int)threadIdx.x) & 3))]));
+        half condval_1;
+        if (((s + 1) < T) && (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < batch_sizes_ptr[min((s + 1), (T - 1))])) {
+          condval_1 = c_ptr[((((((int)blockIdx.x) * 4) + (min((s + 1), (T - 1)) * c_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * c_s1)) + (((int)threadIdx.x) & 3))];
+        } else {
+          condval_1 = c0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * c0_s0)) + (((int)threadIdx.x) & 3))];
+        }
+        float c_prev = ((float)condval_1);
+        float dc_t = (((float)dc0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))]) + ((dh_t * ((float)o_ptr[((((((int)blockIdx.x) * 4) + (s * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))])) * (0x1p+0f/*1.000000e+00*/ - (((float)tanhc_ptr[((((((int)blockIdx.x) * 4) + (s * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))]) * ((float)tanhc_ptr[((((((int)blockIdx.x) * 4) + (s * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))])))));
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) * H)) + (((int)threadIdx.x) & 3))] = ((half)(((dc_t * ((float)g_ptr[((((((int)blockIdx.x) * 4) + (s * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))])) * ((float)i_ptr[((((((int)blockIdx.x) * 4) + (s * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))])) * (0x1p+0f/*1.000000e+00*/ - ((float)i_ptr[((((((int)blockIdx.x) * 4) + (s * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]))));
+        dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * T) + s) * B))] = ((half)(((dc_t * ((float)g_ptr[((((((int)blockIdx.x) * 4) + (s * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))])) * ((float)i_ptr[((((((int)blockIdx.x) * 4) + (s * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))])) * (0x1p+0f/*1.000000e+00*/ - ((float)i_ptr[((((((int)blockIdx.x) * 4) + (s * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]))));
+        dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 1) * H)) + (((int)threadIdx.x) & 3))] = ((half)(((dc_t * c_prev) * ((float)f_ptr[((((((int)blockIdx.x) * 4) + (s * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))])) * (0x1p+0f/*1.000000e+00*/ - ((float)f_ptr[((((((int)blockIdx.x) * 4) + (s * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]))));
+        dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((int)blockIdx.x) * 4) + H) + (((int)threadIdx.x) & 3)) * T) + s) * B))] = ((half)(((dc_t * c_prev) * ((float)f_ptr[((((((int)blockIdx.x) * 4) + (s * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))])) * (0x1p+0f/*1.000000e+00*/ - ((float)f_ptr[((((((int)blockIdx.x) * 4) + (s * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]))));
+        dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 2) * H)) + (((int)threadIdx.x) & 3))] = ((half)((dc_t * ((float)i_ptr[((((((int)blockIdx.x) * 4) + (s * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))])) * (0x1p+0f/*1.000000e+00*/ - (((float)g_ptr[((((((int)blockIdx.x) * 4) + (s * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))]) * ((float)g_ptr[((((((int)blockIdx.x) * 4) + (s * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))])))));
+        dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((int)blockIdx.x) * 4) + (H * 2)) + (((int)threadIdx.x) & 3)) * T) + s) * B))] = ((half)((dc_t * ((float)i_ptr[((((((int)blockIdx.x) * 4) + (s * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))])) * (0x1p+0f/*1.000000e+00*/ - (((float)g_ptr[((((((int)blockIdx.x) * 4) + (s * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))]) * ((float)g_ptr[((((((int)blockIdx.x) * 4) + (s * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))])))));
+        dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 3) * H)) + (((int)threadIdx.x) & 3))] = ((half)(((dh_t * ((float)tanhc_ptr[((((((int)blockIdx.x) * 4) + (s * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))])) * ((float)o_ptr[((((((int)blockIdx.x) * 4) + (s * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))])) * (0x1p+0f/*1.000000e+00*/ - ((float)o_ptr[((((((int)blockIdx.x) * 4) + (s * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))]))));
+        dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((int)blockIdx.x) * 4) + (H * 3)) + (((int)threadIdx.x) & 3)) * T) + s) * B))] = ((half)(((dh_t * ((float)tanhc_ptr[((((((int)blockIdx.x) * 4) + (s * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))])) * ((float)o_ptr[((((((int)blockIdx.x) * 4) + (s * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))])) * (0x1p+0f/*1.000000e+00*/ - ((float)o_ptr[((((((int)blockIdx.x) * 4) + (s * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))]))));
+        dc0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = ((half)(dc_t * ((float)f_ptr[((((((int)blockIdx.x) * 4) + (s * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))])));
+      }
+      for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
+        dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + (n * 4)) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * T) + s) * B)) + n)] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + (n * 4)) + 1) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((int)blockIdx.x) * 4) + H) + (((int)threadIdx.x) & 3)) * T) + s) * B)) + n)] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + (n * 4)) + 2) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((int)blockIdx.x) * 4) + (H * 2)) + (((int)threadIdx.x) & 3)) * T) + s) * B)) + n)] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + (n * 4)) + 3) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((int)blockIdx.x) * 4) + (H * 3)) + (((int)threadIdx.x) & 3)) * T) + s) * B)) + n)] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+      }
+    }
+    fg_grid_sync(((H + 3) >> 2));
+    for (int pass = 0; pass < ((n + 15) >> 4); ++pass) {
+      if (H <= 5152) {
+        acc_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[1] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[2] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int kg = 0; kg < ((H + 15) >> 4); ++kg) {
+            half condval_2;
+            if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && (((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              condval_2 = dgates_ptr[(min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((((min(((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * 4) + ((s * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            } else {
+              condval_2 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_3;
+            if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && (((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              condval_3 = dgates_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((((min(((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * 4) + ((s * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            } else {
+              condval_3 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr[0] = (((uint)(*(ushort *)(&(condval_2)))) | (((uint)(*(ushort *)(&(condval_3)))) << (uint)16));
+            half condval_4;
+            if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && ((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              condval_4 = dgates_ptr[(min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((((min((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * 4) + ((s * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            } else {
+              condval_4 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_5;
+            if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && ((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              condval_5 = dgates_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((((min((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * 4) + ((s * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            } else {
+              condval_5 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr[1] = (((uint)(*(ushort *)(&(condval_4)))) | (((uint)(*(ushort *)(&(condval_5)))) << (uint)16));
+            half condval_6;
+            if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && (((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              condval_6 = dgates_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((((min(((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * 4) + ((s * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            } else {
+              condval_6 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_7;
+            if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && (((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              condval_7 = dgates_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((((min(((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * 4) + ((s * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            } else {
+              condval_7 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr[2] = (((uint)(*(ushort *)(&(condval_6)))) | (((uint)(*(ushort *)(&(condval_7)))) << (uint)16));
+            half condval_8;
+            if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && ((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              condval_8 = dgates_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((((min((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * 4) + ((s * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            } else {
+              condval_8 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_9;
+            if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && ((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              condval_9 = dgates_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((((min((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * 4) + ((s * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            } else {
+              condval_9 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr[3] = (((uint)(*(ushort *)(&(condval_8)))) | (((uint)(*(ushort *)(&(condval_9)))) << (uint)16));
+            half condval_10;
+            if (((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) {
+              condval_10 = w_shared_ptr[(((min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) * 16) + ((((int)threadIdx.x) >> 5) * 4)) + min(((((int)threadIdx.x) & 31) >> 2), 3))];
+            } else {
+              condval_10 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_11;
+            if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) {
+              condval_11 = w_shared_ptr[(((min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) * 16) + ((((int)threadIdx.x) >> 5) * 4)) + min(((((int)threadIdx.x) & 31) >> 2), 3))];
+            } else {
+              condval_11 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_b_ptr[0] = (((uint)(*(ushort *)(&(condval_10)))) | (((uint)(*(ushort *)(&(condval_11)))) << (uint)16));
+            half condval_12;
+            if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) {
+              condval_12 = w_shared_ptr[(((min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) * 16) + ((((int)threadIdx.x) >> 5) * 4)) + min(((((int)threadIdx.x) & 31) >> 2), 3))];
+            } else {
+              condval_12 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_13;
+            if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) {
+              condval_13 = w_shared_ptr[(((min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) * 16) + ((((int)threadIdx.x) >> 5) * 4)) + min(((((int)threadIdx.x) & 31) >> 2), 3))];
+            } else {
+              condval_13 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_b_ptr[1] = (((uint)(*(ushort *)(&(condval_12)))) | (((uint)(*(ushort *)(&(condval_13)))) << (uint)16));
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_ptr + 0))[0]), "=f"(((float *)(acc_ptr + 0))[1]), "=f"(((float *)(acc_ptr + 0))[2]), "=f"(((float *)(acc_ptr + 0))[3])
+      : "r"(((unsigned *)(frag_a_ptr + 0))[0]), "r"(((unsigned *)(frag_a_ptr + 0))[1]), "r"(((unsigned *)(frag_a_ptr + 0))[2]), "r"(((unsigned *)(frag_a_ptr + 0))[3]), "r"(((unsigned *)(frag_b_ptr + 0))[0]), "r"(((unsigned *)(frag_b_ptr + 0))[1]), "f"(((float *)(acc_ptr + 0))[0]), "f"(((float *)(acc_ptr + 0))[1]), "f"(((float *)(acc_ptr + 0))[2]), "f"(((float *)(acc_ptr + 0))[3]));
+  }
+        }
+        part_ptr[(((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2))] = acc_ptr[0];
+        part_ptr[((((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2)) + 1)] = acc_ptr[1];
+        part_ptr[((((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2)) + 64)] = acc_ptr[2];
+        part_ptr[((((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2)) + 65)] = acc_ptr[3];
+      } else {
+        acc_ptr_1[0] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[1] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[2] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int kg_1 = 0; kg_1 < ((H + 15) >> 4); ++kg_1) {
+            half condval_14;
+            if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && (((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              condval_14 = dgates_ptr[(min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((((min(((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * 4) + ((s * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            } else {
+              condval_14 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_15;
+            if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && (((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              condval_15 = dgates_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((((min(((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * 4) + ((s * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            } else {
+              condval_15 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr_1[0] = (((uint)(*(ushort *)(&(condval_14)))) | (((uint)(*(ushort *)(&(condval_15)))) << (uint)16));
+            half condval_16;
+            if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && ((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              condval_16 = dgates_ptr[(min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((((min((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * 4) + ((s * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            } else {
+              condval_16 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_17;
+            if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && ((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              condval_17 = dgates_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((((min((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * 4) + ((s * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            } else {
+              condval_17 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr_1[1] = (((uint)(*(ushort *)(&(condval_16)))) | (((uint)(*(ushort *)(&(condval_17)))) << (uint)16));
+            half condval_18;
+            if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && (((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              condval_18 = dgates_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((((min(((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * 4) + ((s * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            } else {
+              condval_18 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_19;
+            if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && (((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              condval_19 = dgates_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((((min(((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * 4) + ((s * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            } else {
+              condval_19 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr_1[2] = (((uint)(*(ushort *)(&(condval_18)))) | (((uint)(*(ushort *)(&(condval_19)))) << (uint)16));
+            half condval_20;
+            if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && ((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              condval_20 = dgates_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((((min((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * 4) + ((s * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            } else {
+              condval_20 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_21;
+            if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && ((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              condval_21 = dgates_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((((min((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * 4) + ((s * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+            } else {
+              condval_21 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr_1[3] = (((uint)(*(ushort *)(&(condval_20)))) | (((uint)(*(ushort *)(&(condval_21)))) << (uint)16));
+            half condval_22;
+            if (((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) {
+              condval_22 = w_hh_ptr[((min(((((int)blockIdx.x) * 4) + min(((((int)threadIdx.x) & 31) >> 2), 3)), (H - 1)) + ((((int)threadIdx.x) >> 5) * w_hh_s0)) + (min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) * w_hh_s1))];
+            } else {
+              condval_22 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_23;
+            if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) {
+              condval_23 = w_hh_ptr[((min(((((int)blockIdx.x) * 4) + min(((((int)threadIdx.x) & 31) >> 2), 3)), (H - 1)) + ((((int)threadIdx.x) >> 5) * w_hh_s0)) + (min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) * w_hh_s1))];
+            } else {
+              condval_23 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_b_ptr_1[0] = (((uint)(*(ushort *)(&(condval_22)))) | (((uint)(*(ushort *)(&(condval_23)))) << (uint)16));
+            half condval_24;
+            if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) {
+              condval_24 = w_hh_ptr[((min(((((int)blockIdx.x) * 4) + min(((((int)threadIdx.x) & 31) >> 2), 3)), (H - 1)) + ((((int)threadIdx.x) >> 5) * w_hh_s0)) + (min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) * w_hh_s1))];
+            } else {
+              condval_24 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_25;
+            if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) {
+              condval_25 = w_hh_ptr[((min(((((int)blockIdx.x) * 4) + min(((((int)threadIdx.x) & 31) >> 2), 3)), (H - 1)) + ((((int)threadIdx.x) >> 5) * w_hh_s0)) + (min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) * w_hh_s1))];
+            } else {
+              condval_25 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_b_ptr_1[1] = (((uint)(*(ushort *)(&(condval_24)))) | (((uint)(*(ushort *)(&(condval_25)))) << (uint)16));
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_ptr_1 + 0))[0]), "=f"(((float *)(acc_ptr_1 + 0))[1]), "=f"(((float *)(acc_ptr_1 + 0))[2]), "=f"(((float *)(acc_ptr_1 + 0))[3])
+      : "r"(((unsigned *)(frag_a_ptr_1 + 0))[0]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[1]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[2]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[3]), "r"(((unsigned *)(frag_b_ptr_1 + 0))[0]), "r"(((unsigned *)(frag_b_ptr_1 + 0))[1]), "f"(((float *)(acc_ptr_1 + 0))[0]), "f"(((float *)(acc_ptr_1 + 0))[1]), "f"(((float *)(acc_ptr_1 + 0))[2]), "f"(((float *)(acc_ptr_1 + 0))[3]));
+  }
+        }
+        part_ptr[(((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2))] = acc_ptr_1[0];
+        part_ptr[((((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2)) + 1)] = acc_ptr_1[1];
+        part_ptr[((((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2)) + 64)] = acc_ptr_1[2];
+        part_ptr[((((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2)) + 65)] = acc_ptr_1[3];
+      }
+      __syncthreads();
+      if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+        for (int q_3 = 0; q_3 < (max(((min((n - (pass * 16)), 16) + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_3) {
+          dh0_ptr[(((((int)blockIdx.x) * 4) + ((((q_3 * 32) + (pass * 16)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = ((half)(((part_ptr[(((q_3 * 256) + ((((int)threadIdx.x) >> 2) * 8)) + (((int)threadIdx.x) & 3))] + part_ptr[((((q_3 * 256) + ((((int)threadIdx.x) >> 2) * 8)) + (((int)threadIdx.x) & 3)) + 128)]) + part_ptr[((((q_3 * 256) + ((((int)threadIdx.x) >> 2) * 8)) + (((int)threadIdx.x) & 3)) + 256)]) + part_ptr[((((q_3 * 256) + ((((int)threadIdx.x) >> 2) * 8)) + (((int)threadIdx.x) & 3)) + 384)]));
+        }
+      }
+      __syncthreads();
     }
   }
 }

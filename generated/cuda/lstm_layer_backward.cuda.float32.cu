@@ -4,7 +4,9 @@
 // regenerate: fusedgrad generate --sources
 // fg_lstm_layer_backward_float32__none: variant {'reverse': False}, schedule rule LstmLayerBackward
 // fg_lstm_layer_backward_float32__reverse: variant {'reverse': True}, schedule rule LstmLayerBackward
+// fg_lstm_layer_backward_float32__reverse_tensor_cores: variant {'reverse': True, 'tensor_cores': True}, schedule rule LstmLayerBackward
 // fg_lstm_layer_backward_float32__reverse_w_hh_global: variant {'reverse': True, 'w_hh_global': True}, schedule rule LstmLayerBackward
+// fg_lstm_layer_backward_float32__tensor_cores: variant {'reverse': False, 'tensor_cores': True}, schedule rule LstmLayerBackward
 // fg_lstm_layer_backward_float32__w_hh_global: variant {'reverse': False, 'w_hh_global': True}, schedule rule LstmLayerBackward
 // ---- the grid barrier of the persistent kernels (fusedgrad targets/cuda_grid_sync.cuh)
 // A counter every block's thread 0 increments on arrival; the last to arrive sets it back to zero and
@@ -75,6 +77,8 @@ static __device__ __forceinline__ int fg_grid_sync(unsigned int blocks) {
   #include <cuda.h>
 #endif
 
+#include <mma.h>
+
 #if (((__CUDACC_VER_MAJOR__ == 11) && (__CUDACC_VER_MINOR__ >= 4)) || \
      (__CUDACC_VER_MAJOR__ > 11))
 #define TVM_ENABLE_L2_PREFETCH 1
@@ -97,6 +101,8 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float32
 extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float32__reverse_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ dc0_ptr, float* __restrict__ dgates_ptr, float* __restrict__ dgates_t_ptr, float* __restrict__ dh0_ptr, float* __restrict__ dy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ grad_cy_ptr, float* __restrict__ grad_hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1);
 extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float32__w_hh_global_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ dc0_ptr, float* __restrict__ dgates_ptr, float* __restrict__ dgates_t_ptr, float* __restrict__ dh0_ptr, float* __restrict__ dy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ grad_cy_ptr, float* __restrict__ grad_hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1);
 extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float32__reverse_w_hh_global_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ dc0_ptr, float* __restrict__ dgates_ptr, float* __restrict__ dgates_t_ptr, float* __restrict__ dh0_ptr, float* __restrict__ dy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ grad_cy_ptr, float* __restrict__ grad_hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1);
+extern "C" __global__ void __launch_bounds__(128, 1) fg_lstm_layer_backward_float32__tensor_cores_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ dc0_ptr, float* __restrict__ dgates_ptr, float* __restrict__ dgates_t_ptr, float* __restrict__ dh0_ptr, float* __restrict__ dy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ grad_cy_ptr, float* __restrict__ grad_hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1);
+extern "C" __global__ void __launch_bounds__(128, 1) fg_lstm_layer_backward_float32__reverse_tensor_cores_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ dc0_ptr, float* __restrict__ dgates_ptr, float* __restrict__ dgates_t_ptr, float* __restrict__ dh0_ptr, float* __restrict__ dy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ grad_cy_ptr, float* __restrict__ grad_hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1);
 extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float32__none_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ dc0_ptr, float* __restrict__ dgates_ptr, float* __restrict__ dgates_t_ptr, float* __restrict__ dh0_ptr, float* __restrict__ dy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ grad_cy_ptr, float* __restrict__ grad_hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1) {
   extern __shared__ __align__(64) float w_shared_ptr[];
   alignas(64) float dh_part_ptr[4];
@@ -1561,6 +1567,452 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_backward_float32
         }
         dh0_ptr[(((((int)blockIdx.x) * 4) + (((q_3 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (((dh_part_ptr[0] + dh_part_ptr[1]) + dh_part_ptr[2]) + dh_part_ptr[3]);
       }
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128, 1) fg_lstm_layer_backward_float32__tensor_cores_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ dc0_ptr, float* __restrict__ dgates_ptr, float* __restrict__ dgates_t_ptr, float* __restrict__ dh0_ptr, float* __restrict__ dy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ grad_cy_ptr, float* __restrict__ grad_hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1) {
+  extern __shared__ __align__(64) float w_shared_ptr[];
+  __shared__ alignas(64) float part_ptr[512];
+  alignas(64) float acc_ptr[4];
+  alignas(64) uint frag_a_ptr[4];
+  alignas(64) uint frag_b_ptr[2];
+  alignas(64) float acc_ptr_1[4];
+  alignas(64) uint frag_a_ptr_1[4];
+  alignas(64) uint frag_b_ptr_1[2];
+  if (H <= 2576) {
+    for (int e = 0; e < ((H + 7) >> 3); ++e) {
+      if (((e * 128) + ((int)threadIdx.x)) < (H * 16)) {
+        float condval;
+        if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+          condval = w_hh_ptr[((min(((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)), (H - 1)) + (((((int)threadIdx.x) & 15) >> 2) * w_hh_s0)) + (((e * 8) + (((int)threadIdx.x) >> 4)) * w_hh_s1))];
+        } else {
+          condval = 0x0p+0f/*0.000000e+00*/;
+        }
+        float condval_1;
+        if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+          condval_1 = w_hh_ptr[((min(((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)), (H - 1)) + (((((int)threadIdx.x) & 15) >> 2) * w_hh_s0)) + (((e * 8) + (((int)threadIdx.x) >> 4)) * w_hh_s1))];
+        } else {
+          condval_1 = 0x0p+0f/*0.000000e+00*/;
+        }
+        float condval_2;
+        if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+          condval_2 = w_hh_ptr[((min(((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)), (H - 1)) + (((((int)threadIdx.x) & 15) >> 2) * w_hh_s0)) + (((e * 8) + (((int)threadIdx.x) >> 4)) * w_hh_s1))];
+        } else {
+          condval_2 = 0x0p+0f/*0.000000e+00*/;
+        }
+        w_shared_ptr[((e * 128) + ((int)threadIdx.x))] = __uint_as_float((((__float_as_uint(condval) | (((uint)((uint)2139095040 < (__float_as_uint(condval_1) & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (__float_as_uint(condval_2) & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104));
+      }
+    }
+  }
+  __syncthreads();
+  bool fits = (H <= 2576);
+  if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+    for (int q = 0; q < (((B + 31) - (((int)threadIdx.x) >> 2)) >> 5); ++q) {
+      dh0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = grad_hy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * grad_hy_s0)) + (((int)threadIdx.x) & 3))];
+      dc0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = grad_cy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * grad_cy_s0)) + (((int)threadIdx.x) & 3))];
+    }
+  }
+  for (int s = 0; s < T; ++s) {
+    int tt = ((T - s) - 1);
+    int n = batch_sizes_ptr[((T - s) - 1)];
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+      for (int q_1 = 0; q_1 < (max(((n + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_1) {
+        float dh_t = (dh0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] + dy_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * dy_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * dy_s1)) + (((int)threadIdx.x) & 3))]);
+        float condval_3;
+        if ((2 <= (T - s)) && (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < batch_sizes_ptr[max((min(((T - s) - 1), T) - 1), 0)])) {
+          condval_3 = c_ptr[((((((int)blockIdx.x) * 4) + ((min(((T - s) - 1), T) - 1) * c_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * c_s1)) + (((int)threadIdx.x) & 3))];
+        } else {
+          condval_3 = c0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * c0_s0)) + (((int)threadIdx.x) & 3))];
+        }
+        float c_prev = condval_3;
+        float dc_t = (dc0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] + ((dh_t * o_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - (tanhc_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))] * tanhc_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))]))));
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) * H)) + (((int)threadIdx.x) & 3))] = (((dc_t * g_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))]) * i_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - i_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]));
+        dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((((((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B))] = (((dc_t * g_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))]) * i_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - i_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]));
+        dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 1) * H)) + (((int)threadIdx.x) & 3))] = (((dc_t * c_prev) * f_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - f_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]));
+        dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((((int)blockIdx.x) * 4) + H) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B))] = (((dc_t * c_prev) * f_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - f_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]));
+        dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 2) * H)) + (((int)threadIdx.x) & 3))] = ((dc_t * i_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - (g_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))] * g_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))])));
+        dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((((int)blockIdx.x) * 4) + (H * 2)) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B))] = ((dc_t * i_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - (g_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))] * g_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))])));
+        dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + 3) * H)) + (((int)threadIdx.x) & 3))] = (((dh_t * tanhc_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))]) * o_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - o_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))]));
+        dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((((int)blockIdx.x) * 4) + (H * 3)) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B))] = (((dh_t * tanhc_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))]) * o_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - o_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))]));
+        dc0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (dc_t * f_ptr[((((((int)blockIdx.x) * 4) + (((T - s) - 1) * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]);
+      }
+      for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
+        dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + (n * 4)) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((((((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B)) + n)] = 0x0p+0f/*0.000000e+00*/;
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + (n * 4)) + 1) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((((int)blockIdx.x) * 4) + H) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B)) + n)] = 0x0p+0f/*0.000000e+00*/;
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + (n * 4)) + 2) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((((int)blockIdx.x) * 4) + (H * 2)) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B)) + n)] = 0x0p+0f/*0.000000e+00*/;
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((((T - s) - 1) * B) * 4)) + (n * 4)) + 3) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((((int)blockIdx.x) * 4) + (H * 3)) + (((int)threadIdx.x) & 3)) + 1) * T) - s) - 1) * B)) + n)] = 0x0p+0f/*0.000000e+00*/;
+      }
+    }
+    fg_grid_sync(((H + 3) >> 2));
+    for (int pass = 0; pass < ((n + 15) >> 4); ++pass) {
+      if (H <= 2576) {
+        acc_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[1] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[2] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int kg = 0; kg < ((H + 7) >> 3); ++kg) {
+          float condval_4;
+          if ((((kg * 8) + (((int)threadIdx.x) & 3)) < H) && (((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            condval_4 = dgates_ptr[(min(((kg * 8) + (((int)threadIdx.x) & 3)), (H - 1)) + ((((min(((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * 4) + ((((T - s) - 1) * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+          } else {
+            condval_4 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored = __float_as_uint(condval_4);
+          frag_a_ptr[0] = (((stored | (((uint)((uint)2139095040 < (stored & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_5;
+          if ((((kg * 8) + (((int)threadIdx.x) & 3)) < H) && ((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            condval_5 = dgates_ptr[(min(((kg * 8) + (((int)threadIdx.x) & 3)), (H - 1)) + ((((min((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * 4) + ((((T - s) - 1) * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+          } else {
+            condval_5 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_1 = __float_as_uint(condval_5);
+          frag_a_ptr[1] = (((stored_1 | (((uint)((uint)2139095040 < (stored_1 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_1 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_6;
+          if (((((kg * 8) + (((int)threadIdx.x) & 3)) + 4) < H) && (((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            condval_6 = dgates_ptr[(min((((kg * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) + ((((min(((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * 4) + ((((T - s) - 1) * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+          } else {
+            condval_6 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_2 = __float_as_uint(condval_6);
+          frag_a_ptr[2] = (((stored_2 | (((uint)((uint)2139095040 < (stored_2 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_2 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_7;
+          if (((((kg * 8) + (((int)threadIdx.x) & 3)) + 4) < H) && ((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            condval_7 = dgates_ptr[(min((((kg * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) + ((((min((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * 4) + ((((T - s) - 1) * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+          } else {
+            condval_7 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_3 = __float_as_uint(condval_7);
+          frag_a_ptr[3] = (((stored_3 | (((uint)((uint)2139095040 < (stored_3 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_3 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_8;
+          if (((kg * 8) + (((int)threadIdx.x) & 3)) < H) {
+            condval_8 = w_shared_ptr[(((min(((kg * 8) + (((int)threadIdx.x) & 3)), (H - 1)) * 16) + ((((int)threadIdx.x) >> 5) * 4)) + min(((((int)threadIdx.x) & 31) >> 2), 3))];
+          } else {
+            condval_8 = 0x0p+0f/*0.000000e+00*/;
+          }
+          frag_b_ptr[0] = __float_as_uint(condval_8);
+          float condval_9;
+          if ((((kg * 8) + (((int)threadIdx.x) & 3)) + 4) < H) {
+            condval_9 = w_shared_ptr[(((min((((kg * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) * 16) + ((((int)threadIdx.x) >> 5) * 4)) + min(((((int)threadIdx.x) & 31) >> 2), 3))];
+          } else {
+            condval_9 = 0x0p+0f/*0.000000e+00*/;
+          }
+          frag_b_ptr[1] = __float_as_uint(condval_9);
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_ptr + 0))[0]), "=f"(((float *)(acc_ptr + 0))[1]), "=f"(((float *)(acc_ptr + 0))[2]), "=f"(((float *)(acc_ptr + 0))[3])
+      : "r"(((unsigned *)(frag_a_ptr + 0))[0]), "r"(((unsigned *)(frag_a_ptr + 0))[1]), "r"(((unsigned *)(frag_a_ptr + 0))[2]), "r"(((unsigned *)(frag_a_ptr + 0))[3]), "r"(((unsigned *)(frag_b_ptr + 0))[0]), "r"(((unsigned *)(frag_b_ptr + 0))[1]), "f"(((float *)(acc_ptr + 0))[0]), "f"(((float *)(acc_ptr + 0))[1]), "f"(((float *)(acc_ptr + 0))[2]), "f"(((float *)(acc_ptr + 0))[3]));
+  }
+        }
+        part_ptr[(((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2))] = acc_ptr[0];
+        part_ptr[((((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2)) + 1)] = acc_ptr[1];
+        part_ptr[((((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2)) + 64)] = acc_ptr[2];
+        part_ptr[((((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2)) + 65)] = acc_ptr[3];
+      } else {
+        acc_ptr_1[0] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[1] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[2] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int kg_1 = 0; kg_1 < ((H + 7) >> 3); ++kg_1) {
+          float condval_10;
+          if ((((kg_1 * 8) + (((int)threadIdx.x) & 3)) < H) && (((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            condval_10 = dgates_ptr[(min(((kg_1 * 8) + (((int)threadIdx.x) & 3)), (H - 1)) + ((((min(((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * 4) + ((((T - s) - 1) * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+          } else {
+            condval_10 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_4 = __float_as_uint(condval_10);
+          frag_a_ptr_1[0] = (((stored_4 | (((uint)((uint)2139095040 < (stored_4 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_4 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_11;
+          if ((((kg_1 * 8) + (((int)threadIdx.x) & 3)) < H) && ((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            condval_11 = dgates_ptr[(min(((kg_1 * 8) + (((int)threadIdx.x) & 3)), (H - 1)) + ((((min((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * 4) + ((((T - s) - 1) * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+          } else {
+            condval_11 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_5 = __float_as_uint(condval_11);
+          frag_a_ptr_1[1] = (((stored_5 | (((uint)((uint)2139095040 < (stored_5 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_5 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_12;
+          if (((((kg_1 * 8) + (((int)threadIdx.x) & 3)) + 4) < H) && (((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            condval_12 = dgates_ptr[(min((((kg_1 * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) + ((((min(((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * 4) + ((((T - s) - 1) * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+          } else {
+            condval_12 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_6 = __float_as_uint(condval_12);
+          frag_a_ptr_1[2] = (((stored_6 | (((uint)((uint)2139095040 < (stored_6 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_6 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_13;
+          if (((((kg_1 * 8) + (((int)threadIdx.x) & 3)) + 4) < H) && ((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            condval_13 = dgates_ptr[(min((((kg_1 * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) + ((((min((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * 4) + ((((T - s) - 1) * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+          } else {
+            condval_13 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_7 = __float_as_uint(condval_13);
+          frag_a_ptr_1[3] = (((stored_7 | (((uint)((uint)2139095040 < (stored_7 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_7 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_14;
+          if (((kg_1 * 8) + (((int)threadIdx.x) & 3)) < H) {
+            condval_14 = w_hh_ptr[((min(((((int)blockIdx.x) * 4) + min(((((int)threadIdx.x) & 31) >> 2), 3)), (H - 1)) + ((((int)threadIdx.x) >> 5) * w_hh_s0)) + (min(((kg_1 * 8) + (((int)threadIdx.x) & 3)), (H - 1)) * w_hh_s1))];
+          } else {
+            condval_14 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_8 = __float_as_uint(condval_14);
+          frag_b_ptr_1[0] = (((stored_8 | (((uint)((uint)2139095040 < (stored_8 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_8 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_15;
+          if ((((kg_1 * 8) + (((int)threadIdx.x) & 3)) + 4) < H) {
+            condval_15 = w_hh_ptr[((min(((((int)blockIdx.x) * 4) + min(((((int)threadIdx.x) & 31) >> 2), 3)), (H - 1)) + ((((int)threadIdx.x) >> 5) * w_hh_s0)) + (min((((kg_1 * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) * w_hh_s1))];
+          } else {
+            condval_15 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_9 = __float_as_uint(condval_15);
+          frag_b_ptr_1[1] = (((stored_9 | (((uint)((uint)2139095040 < (stored_9 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_9 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_ptr_1 + 0))[0]), "=f"(((float *)(acc_ptr_1 + 0))[1]), "=f"(((float *)(acc_ptr_1 + 0))[2]), "=f"(((float *)(acc_ptr_1 + 0))[3])
+      : "r"(((unsigned *)(frag_a_ptr_1 + 0))[0]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[1]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[2]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[3]), "r"(((unsigned *)(frag_b_ptr_1 + 0))[0]), "r"(((unsigned *)(frag_b_ptr_1 + 0))[1]), "f"(((float *)(acc_ptr_1 + 0))[0]), "f"(((float *)(acc_ptr_1 + 0))[1]), "f"(((float *)(acc_ptr_1 + 0))[2]), "f"(((float *)(acc_ptr_1 + 0))[3]));
+  }
+        }
+        part_ptr[(((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2))] = acc_ptr_1[0];
+        part_ptr[((((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2)) + 1)] = acc_ptr_1[1];
+        part_ptr[((((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2)) + 64)] = acc_ptr_1[2];
+        part_ptr[((((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2)) + 65)] = acc_ptr_1[3];
+      }
+      __syncthreads();
+      if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+        for (int q_3 = 0; q_3 < (max(((min((n - (pass * 16)), 16) + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_3) {
+          dh0_ptr[(((((int)blockIdx.x) * 4) + ((((q_3 * 32) + (pass * 16)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (((part_ptr[(((q_3 * 256) + ((((int)threadIdx.x) >> 2) * 8)) + (((int)threadIdx.x) & 3))] + part_ptr[((((q_3 * 256) + ((((int)threadIdx.x) >> 2) * 8)) + (((int)threadIdx.x) & 3)) + 128)]) + part_ptr[((((q_3 * 256) + ((((int)threadIdx.x) >> 2) * 8)) + (((int)threadIdx.x) & 3)) + 256)]) + part_ptr[((((q_3 * 256) + ((((int)threadIdx.x) >> 2) * 8)) + (((int)threadIdx.x) & 3)) + 384)]);
+        }
+      }
+      __syncthreads();
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128, 1) fg_lstm_layer_backward_float32__reverse_tensor_cores_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ dc0_ptr, float* __restrict__ dgates_ptr, float* __restrict__ dgates_t_ptr, float* __restrict__ dh0_ptr, float* __restrict__ dy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ grad_cy_ptr, float* __restrict__ grad_hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, int B, int H, int T, int c0_s0, int c_s0, int c_s1, int dy_s0, int dy_s1, int f_s0, int f_s1, int g_s0, int g_s1, int grad_cy_s0, int grad_hy_s0, int i_s0, int i_s1, int o_s0, int o_s1, int tanhc_s0, int tanhc_s1, int w_hh_s0, int w_hh_s1) {
+  extern __shared__ __align__(64) float w_shared_ptr[];
+  __shared__ alignas(64) float part_ptr[512];
+  alignas(64) float acc_ptr[4];
+  alignas(64) uint frag_a_ptr[4];
+  alignas(64) uint frag_b_ptr[2];
+  alignas(64) float acc_ptr_1[4];
+  alignas(64) uint frag_a_ptr_1[4];
+  alignas(64) uint frag_b_ptr_1[2];
+  if (H <= 2576) {
+    for (int e = 0; e < ((H + 7) >> 3); ++e) {
+      if (((e * 128) + ((int)threadIdx.x)) < (H * 16)) {
+        float condval;
+        if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+          condval = w_hh_ptr[((min(((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)), (H - 1)) + (((((int)threadIdx.x) & 15) >> 2) * w_hh_s0)) + (((e * 8) + (((int)threadIdx.x) >> 4)) * w_hh_s1))];
+        } else {
+          condval = 0x0p+0f/*0.000000e+00*/;
+        }
+        float condval_1;
+        if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+          condval_1 = w_hh_ptr[((min(((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)), (H - 1)) + (((((int)threadIdx.x) & 15) >> 2) * w_hh_s0)) + (((e * 8) + (((int)threadIdx.x) >> 4)) * w_hh_s1))];
+        } else {
+          condval_1 = 0x0p+0f/*0.000000e+00*/;
+        }
+        float condval_2;
+        if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+          condval_2 = w_hh_ptr[((min(((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)), (H - 1)) + (((((int)threadIdx.x) & 15) >> 2) * w_hh_s0)) + (((e * 8) + (((int)threadIdx.x) >> 4)) * w_hh_s1))];
+        } else {
+          condval_2 = 0x0p+0f/*0.000000e+00*/;
+        }
+        w_shared_ptr[((e * 128) + ((int)threadIdx.x))] = __uint_as_float((((__float_as_uint(condval) | (((uint)((uint)2139095040 < (__float_as_uint(condval_1) & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (__float_as_uint(condval_2) & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104));
+      }
+    }
+  }
+  __syncthreads();
+  bool fits = (H <= 2576);
+  if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+    for (int q = 0; q < (((B + 31) - (((int)threadIdx.x) >> 2)) >> 5); ++q) {
+      dh0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = grad_hy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * grad_hy_s0)) + (((int)threadIdx.x) & 3))];
+      dc0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = grad_cy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * grad_cy_s0)) + (((int)threadIdx.x) & 3))];
+    }
+  }
+  for (int s = 0; s < T; ++s) {
+    int tt = s;
+    int n = batch_sizes_ptr[s];
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+      for (int q_1 = 0; q_1 < (max(((n + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_1) {
+        float dh_t = (dh0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] + dy_ptr[((((((int)blockIdx.x) * 4) + (s * dy_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * dy_s1)) + (((int)threadIdx.x) & 3))]);
+        float condval_3;
+        if (((s + 1) < T) && (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < batch_sizes_ptr[min((s + 1), (T - 1))])) {
+          condval_3 = c_ptr[((((((int)blockIdx.x) * 4) + (min((s + 1), (T - 1)) * c_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * c_s1)) + (((int)threadIdx.x) & 3))];
+        } else {
+          condval_3 = c0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * c0_s0)) + (((int)threadIdx.x) & 3))];
+        }
+        float c_prev = condval_3;
+        float dc_t = (dc0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] + ((dh_t * o_ptr[((((((int)blockIdx.x) * 4) + (s * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - (tanhc_ptr[((((((int)blockIdx.x) * 4) + (s * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))] * tanhc_ptr[((((((int)blockIdx.x) * 4) + (s * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))]))));
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) * H)) + (((int)threadIdx.x) & 3))] = (((dc_t * g_ptr[((((((int)blockIdx.x) * 4) + (s * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))]) * i_ptr[((((((int)blockIdx.x) * 4) + (s * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - i_ptr[((((((int)blockIdx.x) * 4) + (s * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]));
+        dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * T) + s) * B))] = (((dc_t * g_ptr[((((((int)blockIdx.x) * 4) + (s * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))]) * i_ptr[((((((int)blockIdx.x) * 4) + (s * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - i_ptr[((((((int)blockIdx.x) * 4) + (s * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]));
+        dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 1) * H)) + (((int)threadIdx.x) & 3))] = (((dc_t * c_prev) * f_ptr[((((((int)blockIdx.x) * 4) + (s * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - f_ptr[((((((int)blockIdx.x) * 4) + (s * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]));
+        dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((int)blockIdx.x) * 4) + H) + (((int)threadIdx.x) & 3)) * T) + s) * B))] = (((dc_t * c_prev) * f_ptr[((((((int)blockIdx.x) * 4) + (s * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - f_ptr[((((((int)blockIdx.x) * 4) + (s * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]));
+        dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 2) * H)) + (((int)threadIdx.x) & 3))] = ((dc_t * i_ptr[((((((int)blockIdx.x) * 4) + (s * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - (g_ptr[((((((int)blockIdx.x) * 4) + (s * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))] * g_ptr[((((((int)blockIdx.x) * 4) + (s * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))])));
+        dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((int)blockIdx.x) * 4) + (H * 2)) + (((int)threadIdx.x) & 3)) * T) + s) * B))] = ((dc_t * i_ptr[((((((int)blockIdx.x) * 4) + (s * i_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * i_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - (g_ptr[((((((int)blockIdx.x) * 4) + (s * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))] * g_ptr[((((((int)blockIdx.x) * 4) + (s * g_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * g_s1)) + (((int)threadIdx.x) & 3))])));
+        dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_1 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + 3) * H)) + (((int)threadIdx.x) & 3))] = (((dh_t * tanhc_ptr[((((((int)blockIdx.x) * 4) + (s * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))]) * o_ptr[((((((int)blockIdx.x) * 4) + (s * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - o_ptr[((((((int)blockIdx.x) * 4) + (s * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))]));
+        dgates_t_ptr[(((q_1 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((int)blockIdx.x) * 4) + (H * 3)) + (((int)threadIdx.x) & 3)) * T) + s) * B))] = (((dh_t * tanhc_ptr[((((((int)blockIdx.x) * 4) + (s * tanhc_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * tanhc_s1)) + (((int)threadIdx.x) & 3))]) * o_ptr[((((((int)blockIdx.x) * 4) + (s * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))]) * (0x1p+0f/*1.000000e+00*/ - o_ptr[((((((int)blockIdx.x) * 4) + (s * o_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * o_s1)) + (((int)threadIdx.x) & 3))]));
+        dc0_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (dc_t * f_ptr[((((((int)blockIdx.x) * 4) + (s * f_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * f_s1)) + (((int)threadIdx.x) & 3))]);
+      }
+      for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
+        dgates_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + (n * 4)) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * T) + s) * B)) + n)] = 0x0p+0f/*0.000000e+00*/;
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + (n * 4)) + 1) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((int)blockIdx.x) * 4) + H) + (((int)threadIdx.x) & 3)) * T) + s) * B)) + n)] = 0x0p+0f/*0.000000e+00*/;
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + (n * 4)) + 2) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((int)blockIdx.x) * 4) + (H * 2)) + (((int)threadIdx.x) & 3)) * T) + s) * B)) + n)] = 0x0p+0f/*0.000000e+00*/;
+        dgates_ptr[(((((int)blockIdx.x) * 4) + ((((((q_2 * 128) + ((((int)threadIdx.x) >> 2) * 4)) + ((s * B) * 4)) + (n * 4)) + 3) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        dgates_t_ptr[((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + ((((((((int)blockIdx.x) * 4) + (H * 3)) + (((int)threadIdx.x) & 3)) * T) + s) * B)) + n)] = 0x0p+0f/*0.000000e+00*/;
+      }
+    }
+    fg_grid_sync(((H + 3) >> 2));
+    for (int pass = 0; pass < ((n + 15) >> 4); ++pass) {
+      if (H <= 2576) {
+        acc_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[1] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[2] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int kg = 0; kg < ((H + 7) >> 3); ++kg) {
+          float condval_4;
+          if ((((kg * 8) + (((int)threadIdx.x) & 3)) < H) && (((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            condval_4 = dgates_ptr[(min(((kg * 8) + (((int)threadIdx.x) & 3)), (H - 1)) + ((((min(((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * 4) + ((s * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+          } else {
+            condval_4 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored = __float_as_uint(condval_4);
+          frag_a_ptr[0] = (((stored | (((uint)((uint)2139095040 < (stored & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_5;
+          if ((((kg * 8) + (((int)threadIdx.x) & 3)) < H) && ((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            condval_5 = dgates_ptr[(min(((kg * 8) + (((int)threadIdx.x) & 3)), (H - 1)) + ((((min((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * 4) + ((s * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+          } else {
+            condval_5 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_1 = __float_as_uint(condval_5);
+          frag_a_ptr[1] = (((stored_1 | (((uint)((uint)2139095040 < (stored_1 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_1 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_6;
+          if (((((kg * 8) + (((int)threadIdx.x) & 3)) + 4) < H) && (((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            condval_6 = dgates_ptr[(min((((kg * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) + ((((min(((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * 4) + ((s * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+          } else {
+            condval_6 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_2 = __float_as_uint(condval_6);
+          frag_a_ptr[2] = (((stored_2 | (((uint)((uint)2139095040 < (stored_2 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_2 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_7;
+          if (((((kg * 8) + (((int)threadIdx.x) & 3)) + 4) < H) && ((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            condval_7 = dgates_ptr[(min((((kg * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) + ((((min((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * 4) + ((s * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+          } else {
+            condval_7 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_3 = __float_as_uint(condval_7);
+          frag_a_ptr[3] = (((stored_3 | (((uint)((uint)2139095040 < (stored_3 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_3 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_8;
+          if (((kg * 8) + (((int)threadIdx.x) & 3)) < H) {
+            condval_8 = w_shared_ptr[(((min(((kg * 8) + (((int)threadIdx.x) & 3)), (H - 1)) * 16) + ((((int)threadIdx.x) >> 5) * 4)) + min(((((int)threadIdx.x) & 31) >> 2), 3))];
+          } else {
+            condval_8 = 0x0p+0f/*0.000000e+00*/;
+          }
+          frag_b_ptr[0] = __float_as_uint(condval_8);
+          float condval_9;
+          if ((((kg * 8) + (((int)threadIdx.x) & 3)) + 4) < H) {
+            condval_9 = w_shared_ptr[(((min((((kg * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) * 16) + ((((int)threadIdx.x) >> 5) * 4)) + min(((((int)threadIdx.x) & 31) >> 2), 3))];
+          } else {
+            condval_9 = 0x0p+0f/*0.000000e+00*/;
+          }
+          frag_b_ptr[1] = __float_as_uint(condval_9);
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_ptr + 0))[0]), "=f"(((float *)(acc_ptr + 0))[1]), "=f"(((float *)(acc_ptr + 0))[2]), "=f"(((float *)(acc_ptr + 0))[3])
+      : "r"(((unsigned *)(frag_a_ptr + 0))[0]), "r"(((unsigned *)(frag_a_ptr + 0))[1]), "r"(((unsigned *)(frag_a_ptr + 0))[2]), "r"(((unsigned *)(frag_a_ptr + 0))[3]), "r"(((unsigned *)(frag_b_ptr + 0))[0]), "r"(((unsigned *)(frag_b_ptr + 0))[1]), "f"(((float *)(acc_ptr + 0))[0]), "f"(((float *)(acc_ptr + 0))[1]), "f"(((float *)(acc_ptr + 0))[2]), "f"(((float *)(acc_ptr + 0))[3]));
+  }
+        }
+        part_ptr[(((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2))] = acc_ptr[0];
+        part_ptr[((((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2)) + 1)] = acc_ptr[1];
+        part_ptr[((((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2)) + 64)] = acc_ptr[2];
+        part_ptr[((((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2)) + 65)] = acc_ptr[3];
+      } else {
+        acc_ptr_1[0] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[1] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[2] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int kg_1 = 0; kg_1 < ((H + 7) >> 3); ++kg_1) {
+          float condval_10;
+          if ((((kg_1 * 8) + (((int)threadIdx.x) & 3)) < H) && (((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            condval_10 = dgates_ptr[(min(((kg_1 * 8) + (((int)threadIdx.x) & 3)), (H - 1)) + ((((min(((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * 4) + ((s * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+          } else {
+            condval_10 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_4 = __float_as_uint(condval_10);
+          frag_a_ptr_1[0] = (((stored_4 | (((uint)((uint)2139095040 < (stored_4 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_4 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_11;
+          if ((((kg_1 * 8) + (((int)threadIdx.x) & 3)) < H) && ((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            condval_11 = dgates_ptr[(min(((kg_1 * 8) + (((int)threadIdx.x) & 3)), (H - 1)) + ((((min((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * 4) + ((s * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+          } else {
+            condval_11 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_5 = __float_as_uint(condval_11);
+          frag_a_ptr_1[1] = (((stored_5 | (((uint)((uint)2139095040 < (stored_5 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_5 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_12;
+          if (((((kg_1 * 8) + (((int)threadIdx.x) & 3)) + 4) < H) && (((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            condval_12 = dgates_ptr[(min((((kg_1 * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) + ((((min(((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * 4) + ((s * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+          } else {
+            condval_12 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_6 = __float_as_uint(condval_12);
+          frag_a_ptr_1[2] = (((stored_6 | (((uint)((uint)2139095040 < (stored_6 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_6 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_13;
+          if (((((kg_1 * 8) + (((int)threadIdx.x) & 3)) + 4) < H) && ((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            condval_13 = dgates_ptr[(min((((kg_1 * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) + ((((min((((pass * 16) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * 4) + ((s * B) * 4)) + (((int)threadIdx.x) >> 5)) * H))];
+          } else {
+            condval_13 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_7 = __float_as_uint(condval_13);
+          frag_a_ptr_1[3] = (((stored_7 | (((uint)((uint)2139095040 < (stored_7 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_7 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_14;
+          if (((kg_1 * 8) + (((int)threadIdx.x) & 3)) < H) {
+            condval_14 = w_hh_ptr[((min(((((int)blockIdx.x) * 4) + min(((((int)threadIdx.x) & 31) >> 2), 3)), (H - 1)) + ((((int)threadIdx.x) >> 5) * w_hh_s0)) + (min(((kg_1 * 8) + (((int)threadIdx.x) & 3)), (H - 1)) * w_hh_s1))];
+          } else {
+            condval_14 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_8 = __float_as_uint(condval_14);
+          frag_b_ptr_1[0] = (((stored_8 | (((uint)((uint)2139095040 < (stored_8 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_8 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_15;
+          if ((((kg_1 * 8) + (((int)threadIdx.x) & 3)) + 4) < H) {
+            condval_15 = w_hh_ptr[((min(((((int)blockIdx.x) * 4) + min(((((int)threadIdx.x) & 31) >> 2), 3)), (H - 1)) + ((((int)threadIdx.x) >> 5) * w_hh_s0)) + (min((((kg_1 * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) * w_hh_s1))];
+          } else {
+            condval_15 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_9 = __float_as_uint(condval_15);
+          frag_b_ptr_1[1] = (((stored_9 | (((uint)((uint)2139095040 < (stored_9 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_9 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_ptr_1 + 0))[0]), "=f"(((float *)(acc_ptr_1 + 0))[1]), "=f"(((float *)(acc_ptr_1 + 0))[2]), "=f"(((float *)(acc_ptr_1 + 0))[3])
+      : "r"(((unsigned *)(frag_a_ptr_1 + 0))[0]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[1]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[2]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[3]), "r"(((unsigned *)(frag_b_ptr_1 + 0))[0]), "r"(((unsigned *)(frag_b_ptr_1 + 0))[1]), "f"(((float *)(acc_ptr_1 + 0))[0]), "f"(((float *)(acc_ptr_1 + 0))[1]), "f"(((float *)(acc_ptr_1 + 0))[2]), "f"(((float *)(acc_ptr_1 + 0))[3]));
+  }
+        }
+        part_ptr[(((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2))] = acc_ptr_1[0];
+        part_ptr[((((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2)) + 1)] = acc_ptr_1[1];
+        part_ptr[((((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2)) + 64)] = acc_ptr_1[2];
+        part_ptr[((((((int)threadIdx.x) >> 5) * 128) + ((((int)threadIdx.x) & 31) * 2)) + 65)] = acc_ptr_1[3];
+      }
+      __syncthreads();
+      if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+        for (int q_3 = 0; q_3 < (max(((min((n - (pass * 16)), 16) + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_3) {
+          dh0_ptr[(((((int)blockIdx.x) * 4) + ((((q_3 * 32) + (pass * 16)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (((part_ptr[(((q_3 * 256) + ((((int)threadIdx.x) >> 2) * 8)) + (((int)threadIdx.x) & 3))] + part_ptr[((((q_3 * 256) + ((((int)threadIdx.x) >> 2) * 8)) + (((int)threadIdx.x) & 3)) + 128)]) + part_ptr[((((q_3 * 256) + ((((int)threadIdx.x) >> 2) * 8)) + (((int)threadIdx.x) & 3)) + 256)]) + part_ptr[((((q_3 * 256) + ((((int)threadIdx.x) >> 2) * 8)) + (((int)threadIdx.x) & 3)) + 384)]);
+        }
+      }
+      __syncthreads();
     }
   }
 }

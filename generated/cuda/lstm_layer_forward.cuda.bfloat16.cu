@@ -4,9 +4,13 @@
 // regenerate: fusedgrad generate --sources
 // fg_lstm_layer_forward_bfloat16__none: variant {'train': False, 'reverse': False}, schedule rule LstmLayerForward
 // fg_lstm_layer_forward_bfloat16__reverse: variant {'train': False, 'reverse': True}, schedule rule LstmLayerForward
+// fg_lstm_layer_forward_bfloat16__reverse_tensor_cores: variant {'train': False, 'reverse': True, 'tensor_cores': True}, schedule rule LstmLayerForward
+// fg_lstm_layer_forward_bfloat16__reverse_tensor_cores_train: variant {'train': True, 'reverse': True, 'tensor_cores': True}, schedule rule LstmLayerForward
 // fg_lstm_layer_forward_bfloat16__reverse_train: variant {'train': True, 'reverse': True}, schedule rule LstmLayerForward
 // fg_lstm_layer_forward_bfloat16__reverse_train_w_hh_global: variant {'train': True, 'reverse': True, 'w_hh_global': True}, schedule rule LstmLayerForward
 // fg_lstm_layer_forward_bfloat16__reverse_w_hh_global: variant {'train': False, 'reverse': True, 'w_hh_global': True}, schedule rule LstmLayerForward
+// fg_lstm_layer_forward_bfloat16__tensor_cores: variant {'train': False, 'reverse': False, 'tensor_cores': True}, schedule rule LstmLayerForward
+// fg_lstm_layer_forward_bfloat16__tensor_cores_train: variant {'train': True, 'reverse': False, 'tensor_cores': True}, schedule rule LstmLayerForward
 // fg_lstm_layer_forward_bfloat16__train: variant {'train': True, 'reverse': False}, schedule rule LstmLayerForward
 // fg_lstm_layer_forward_bfloat16__train_w_hh_global: variant {'train': True, 'reverse': False, 'w_hh_global': True}, schedule rule LstmLayerForward
 // fg_lstm_layer_forward_bfloat16__w_hh_global: variant {'train': False, 'reverse': False, 'w_hh_global': True}, schedule rule LstmLayerForward
@@ -143,6 +147,8 @@ __host__ __device__ nv_bfloat162 make_nv_bfloat162(nv_bfloat16 x, nv_bfloat16 y)
     return nv_bfloat162(x, y);
 }
 
+#include <mma.h>
+
 #if (((__CUDACC_VER_MAJOR__ == 11) && (__CUDACC_VER_MINOR__ >= 4)) || \
      (__CUDACC_VER_MAJOR__ > 11))
 #define TVM_ENABLE_L2_PREFETCH 1
@@ -169,6 +175,10 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_bfloat16
 extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_bfloat16__reverse_train_w_hh_global_kernel(int* __restrict__ batch_sizes_ptr, nv_bfloat16* __restrict__ c_ptr, nv_bfloat16* __restrict__ c0_ptr, nv_bfloat16* __restrict__ cy_ptr, nv_bfloat16* __restrict__ f_ptr, nv_bfloat16* __restrict__ g_ptr, nv_bfloat16* __restrict__ h_ptr, nv_bfloat16* __restrict__ h0_ptr, nv_bfloat16* __restrict__ hy_ptr, nv_bfloat16* __restrict__ i_ptr, nv_bfloat16* __restrict__ o_ptr, nv_bfloat16* __restrict__ tanhc_ptr, nv_bfloat16* __restrict__ w_hh_ptr, nv_bfloat16* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
 extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_bfloat16__w_hh_global_kernel(int* __restrict__ batch_sizes_ptr, nv_bfloat16* __restrict__ c0_ptr, nv_bfloat16* __restrict__ cy_ptr, nv_bfloat16* __restrict__ h_ptr, nv_bfloat16* __restrict__ h0_ptr, nv_bfloat16* __restrict__ hy_ptr, nv_bfloat16* __restrict__ w_hh_ptr, nv_bfloat16* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
 extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_bfloat16__reverse_w_hh_global_kernel(int* __restrict__ batch_sizes_ptr, nv_bfloat16* __restrict__ c0_ptr, nv_bfloat16* __restrict__ cy_ptr, nv_bfloat16* __restrict__ h_ptr, nv_bfloat16* __restrict__ h0_ptr, nv_bfloat16* __restrict__ hy_ptr, nv_bfloat16* __restrict__ w_hh_ptr, nv_bfloat16* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
+extern "C" __global__ void __launch_bounds__(128, 1) fg_lstm_layer_forward_bfloat16__tensor_cores_train_kernel(int* __restrict__ batch_sizes_ptr, nv_bfloat16* __restrict__ c_ptr, nv_bfloat16* __restrict__ c0_ptr, nv_bfloat16* __restrict__ cy_ptr, nv_bfloat16* __restrict__ f_ptr, nv_bfloat16* __restrict__ g_ptr, nv_bfloat16* __restrict__ h_ptr, nv_bfloat16* __restrict__ h0_ptr, nv_bfloat16* __restrict__ hy_ptr, nv_bfloat16* __restrict__ i_ptr, nv_bfloat16* __restrict__ o_ptr, nv_bfloat16* __restrict__ tanhc_ptr, nv_bfloat16* __restrict__ w_hh_ptr, nv_bfloat16* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
+extern "C" __global__ void __launch_bounds__(128, 1) fg_lstm_layer_forward_bfloat16__reverse_tensor_cores_train_kernel(int* __restrict__ batch_sizes_ptr, nv_bfloat16* __restrict__ c_ptr, nv_bfloat16* __restrict__ c0_ptr, nv_bfloat16* __restrict__ cy_ptr, nv_bfloat16* __restrict__ f_ptr, nv_bfloat16* __restrict__ g_ptr, nv_bfloat16* __restrict__ h_ptr, nv_bfloat16* __restrict__ h0_ptr, nv_bfloat16* __restrict__ hy_ptr, nv_bfloat16* __restrict__ i_ptr, nv_bfloat16* __restrict__ o_ptr, nv_bfloat16* __restrict__ tanhc_ptr, nv_bfloat16* __restrict__ w_hh_ptr, nv_bfloat16* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
+extern "C" __global__ void __launch_bounds__(128, 1) fg_lstm_layer_forward_bfloat16__tensor_cores_kernel(int* __restrict__ batch_sizes_ptr, nv_bfloat16* __restrict__ c0_ptr, nv_bfloat16* __restrict__ cy_ptr, nv_bfloat16* __restrict__ h_ptr, nv_bfloat16* __restrict__ h0_ptr, nv_bfloat16* __restrict__ hy_ptr, nv_bfloat16* __restrict__ w_hh_ptr, nv_bfloat16* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
+extern "C" __global__ void __launch_bounds__(128, 1) fg_lstm_layer_forward_bfloat16__reverse_tensor_cores_kernel(int* __restrict__ batch_sizes_ptr, nv_bfloat16* __restrict__ c0_ptr, nv_bfloat16* __restrict__ cy_ptr, nv_bfloat16* __restrict__ h_ptr, nv_bfloat16* __restrict__ h0_ptr, nv_bfloat16* __restrict__ hy_ptr, nv_bfloat16* __restrict__ w_hh_ptr, nv_bfloat16* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
 extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_bfloat16__train_kernel(int* __restrict__ batch_sizes_ptr, nv_bfloat16* __restrict__ c_ptr, nv_bfloat16* __restrict__ c0_ptr, nv_bfloat16* __restrict__ cy_ptr, nv_bfloat16* __restrict__ f_ptr, nv_bfloat16* __restrict__ g_ptr, nv_bfloat16* __restrict__ h_ptr, nv_bfloat16* __restrict__ h0_ptr, nv_bfloat16* __restrict__ hy_ptr, nv_bfloat16* __restrict__ i_ptr, nv_bfloat16* __restrict__ o_ptr, nv_bfloat16* __restrict__ tanhc_ptr, nv_bfloat16* __restrict__ w_hh_ptr, nv_bfloat16* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2) {
   extern __shared__ __align__(64) ushort w_shared_ptr[];
   alignas(64) float acc_ptr[4];
@@ -1695,6 +1705,8 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_bfloat16
           tanhc_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__649)));
         }
       }
+    }
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
       for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
         h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
         c_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
@@ -3235,6 +3247,8 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_bfloat16
           tanhc_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__649)));
         }
       }
+    }
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
       for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
         h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
         c_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
@@ -4721,6 +4735,8 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_bfloat16
           h_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__631)));
         }
       }
+    }
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
       for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
         h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
       }
@@ -6201,6 +6217,8 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_bfloat16
           h_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__631)));
         }
       }
+    }
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
       for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
         h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
       }
@@ -6562,6 +6580,8 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_bfloat16
           tanhc_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__144)));
         }
       }
+    }
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
       for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
         h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
         c_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
@@ -6929,6 +6949,8 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_bfloat16
           tanhc_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__144)));
         }
       }
+    }
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
       for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
         h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
         c_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
@@ -7242,6 +7264,8 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_bfloat16
           h_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__126)));
         }
       }
+    }
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
       for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
         h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
       }
@@ -7549,6 +7573,1848 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_bfloat16
           h_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__126)));
         }
       }
+    }
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+      for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
+        h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
+      }
+    }
+    fg_grid_sync(((H + 3) >> 2));
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128, 1) fg_lstm_layer_forward_bfloat16__tensor_cores_train_kernel(int* __restrict__ batch_sizes_ptr, nv_bfloat16* __restrict__ c_ptr, nv_bfloat16* __restrict__ c0_ptr, nv_bfloat16* __restrict__ cy_ptr, nv_bfloat16* __restrict__ f_ptr, nv_bfloat16* __restrict__ g_ptr, nv_bfloat16* __restrict__ h_ptr, nv_bfloat16* __restrict__ h0_ptr, nv_bfloat16* __restrict__ hy_ptr, nv_bfloat16* __restrict__ i_ptr, nv_bfloat16* __restrict__ o_ptr, nv_bfloat16* __restrict__ tanhc_ptr, nv_bfloat16* __restrict__ w_hh_ptr, nv_bfloat16* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2) {
+  extern __shared__ __align__(64) ushort w_shared_ptr[];
+  __shared__ alignas(64) float pre_ptr[512];
+  alignas(64) float acc_ptr[4];
+  alignas(64) uint frag_a_ptr[4];
+  alignas(64) uint frag_b_ptr[2];
+  alignas(64) float acc_ptr_1[4];
+  alignas(64) uint frag_a_ptr_1[4];
+  alignas(64) uint frag_b_ptr_1[2];
+  alignas(64) float v_ptr[6];
+  if (H <= 5152) {
+    for (int e = 0; e < ((H + 7) >> 3); ++e) {
+      if (((e * 128) + ((int)threadIdx.x)) < (H * 16)) {
+        ushort condval;
+        if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+            nv_bfloat16 v_ = w_hh_ptr[((((e * 8) + (((int)threadIdx.x) >> 4)) + (((((int)threadIdx.x) & 15) >> 2) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)), (H - 1)) * w_hh_s1))];
+          condval = (*(ushort *)(&(v_)));
+        } else {
+          condval = (ushort)0;
+        }
+        w_shared_ptr[((e * 128) + ((int)threadIdx.x))] = condval;
+      }
+    }
+  }
+  __syncthreads();
+  bool fits = (H <= 5152);
+  if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+    for (int q = 0; q < (((B + 31) - (((int)threadIdx.x) >> 2)) >> 5); ++q) {
+      hy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = h0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + (((int)threadIdx.x) & 3))];
+      cy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = c0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * c0_s0)) + (((int)threadIdx.x) & 3))];
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    int tt = t;
+    int n = batch_sizes_ptr[t];
+    int p = max((min(t, T) - 1), 0);
+    int condval_1;
+    if (0 < t) {
+      condval_1 = min(n, batch_sizes_ptr[(min(t, T) - 1)]);
+    } else {
+      condval_1 = 0;
+    }
+    int m = condval_1;
+    for (int pass = 0; pass < ((n + 31) >> 5); ++pass) {
+      if (H <= 5152) {
+        acc_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[1] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[2] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int kg = 0; kg < ((H + 15) >> 4); ++kg) {
+          ushort condval_2;
+          if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            ushort condval_3;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                nv_bfloat16 v__1 = h_ptr[(min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              condval_3 = (*(ushort *)(&(v__1)));
+            } else {
+                nv_bfloat16 v__2 = h0_ptr[(min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              condval_3 = (*(ushort *)(&(v__2)));
+            }
+            condval_2 = condval_3;
+          } else {
+            condval_2 = (ushort)0;
+          }
+          ushort condval_4;
+          if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            ushort condval_5;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                nv_bfloat16 v__3 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              condval_5 = (*(ushort *)(&(v__3)));
+            } else {
+                nv_bfloat16 v__4 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              condval_5 = (*(ushort *)(&(v__4)));
+            }
+            condval_4 = condval_5;
+          } else {
+            condval_4 = (ushort)0;
+          }
+          frag_a_ptr[0] = (((uint)condval_2) | (((uint)condval_4) << (uint)16));
+          ushort condval_6;
+          if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            ushort condval_7;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                nv_bfloat16 v__5 = h_ptr[(min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              condval_7 = (*(ushort *)(&(v__5)));
+            } else {
+                nv_bfloat16 v__6 = h0_ptr[(min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              condval_7 = (*(ushort *)(&(v__6)));
+            }
+            condval_6 = condval_7;
+          } else {
+            condval_6 = (ushort)0;
+          }
+          ushort condval_8;
+          if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            ushort condval_9;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                nv_bfloat16 v__7 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              condval_9 = (*(ushort *)(&(v__7)));
+            } else {
+                nv_bfloat16 v__8 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              condval_9 = (*(ushort *)(&(v__8)));
+            }
+            condval_8 = condval_9;
+          } else {
+            condval_8 = (ushort)0;
+          }
+          frag_a_ptr[1] = (((uint)condval_6) | (((uint)condval_8) << (uint)16));
+          ushort condval_10;
+          if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            ushort condval_11;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                nv_bfloat16 v__9 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              condval_11 = (*(ushort *)(&(v__9)));
+            } else {
+                nv_bfloat16 v__10 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              condval_11 = (*(ushort *)(&(v__10)));
+            }
+            condval_10 = condval_11;
+          } else {
+            condval_10 = (ushort)0;
+          }
+          ushort condval_12;
+          if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            ushort condval_13;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                nv_bfloat16 v__11 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              condval_13 = (*(ushort *)(&(v__11)));
+            } else {
+                nv_bfloat16 v__12 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              condval_13 = (*(ushort *)(&(v__12)));
+            }
+            condval_12 = condval_13;
+          } else {
+            condval_12 = (ushort)0;
+          }
+          frag_a_ptr[2] = (((uint)condval_10) | (((uint)condval_12) << (uint)16));
+          ushort condval_14;
+          if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            ushort condval_15;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                nv_bfloat16 v__13 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              condval_15 = (*(ushort *)(&(v__13)));
+            } else {
+                nv_bfloat16 v__14 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              condval_15 = (*(ushort *)(&(v__14)));
+            }
+            condval_14 = condval_15;
+          } else {
+            condval_14 = (ushort)0;
+          }
+          ushort condval_16;
+          if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            ushort condval_17;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                nv_bfloat16 v__15 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              condval_17 = (*(ushort *)(&(v__15)));
+            } else {
+                nv_bfloat16 v__16 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              condval_17 = (*(ushort *)(&(v__16)));
+            }
+            condval_16 = condval_17;
+          } else {
+            condval_16 = (ushort)0;
+          }
+          frag_a_ptr[3] = (((uint)condval_14) | (((uint)condval_16) << (uint)16));
+          ushort condval_18;
+          if (((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) {
+            condval_18 = w_shared_ptr[((min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) * 16) + ((((int)threadIdx.x) & 63) >> 2))];
+          } else {
+            condval_18 = (ushort)0;
+          }
+          ushort condval_19;
+          if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) {
+            condval_19 = w_shared_ptr[((min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) * 16) + ((((int)threadIdx.x) & 63) >> 2))];
+          } else {
+            condval_19 = (ushort)0;
+          }
+          frag_b_ptr[0] = (((uint)condval_18) | (((uint)condval_19) << (uint)16));
+          ushort condval_20;
+          if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) {
+            condval_20 = w_shared_ptr[((min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) * 16) + ((((int)threadIdx.x) & 63) >> 2))];
+          } else {
+            condval_20 = (ushort)0;
+          }
+          ushort condval_21;
+          if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) {
+            condval_21 = w_shared_ptr[((min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) * 16) + ((((int)threadIdx.x) & 63) >> 2))];
+          } else {
+            condval_21 = (ushort)0;
+          }
+          frag_b_ptr[1] = (((uint)condval_20) | (((uint)condval_21) << (uint)16));
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_ptr + 0))[0]), "=f"(((float *)(acc_ptr + 0))[1]), "=f"(((float *)(acc_ptr + 0))[2]), "=f"(((float *)(acc_ptr + 0))[3])
+      : "r"(((unsigned *)(frag_a_ptr + 0))[0]), "r"(((unsigned *)(frag_a_ptr + 0))[1]), "r"(((unsigned *)(frag_a_ptr + 0))[2]), "r"(((unsigned *)(frag_a_ptr + 0))[3]), "r"(((unsigned *)(frag_b_ptr + 0))[0]), "r"(((unsigned *)(frag_b_ptr + 0))[1]), "f"(((float *)(acc_ptr + 0))[0]), "f"(((float *)(acc_ptr + 0))[1]), "f"(((float *)(acc_ptr + 0))[2]), "f"(((float *)(acc_ptr + 0))[3]));
+  }
+        }
+        pre_ptr[(((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2))] = acc_ptr[0];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_ptr[1];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 128)] = acc_ptr[2];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 129)] = acc_ptr[3];
+      } else {
+        acc_ptr_1[0] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[1] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[2] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int kg_1 = 0; kg_1 < ((H + 15) >> 4); ++kg_1) {
+          ushort condval_22;
+          if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            ushort condval_23;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                nv_bfloat16 v__17 = h_ptr[(min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              condval_23 = (*(ushort *)(&(v__17)));
+            } else {
+                nv_bfloat16 v__18 = h0_ptr[(min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              condval_23 = (*(ushort *)(&(v__18)));
+            }
+            condval_22 = condval_23;
+          } else {
+            condval_22 = (ushort)0;
+          }
+          ushort condval_24;
+          if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            ushort condval_25;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                nv_bfloat16 v__19 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              condval_25 = (*(ushort *)(&(v__19)));
+            } else {
+                nv_bfloat16 v__20 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              condval_25 = (*(ushort *)(&(v__20)));
+            }
+            condval_24 = condval_25;
+          } else {
+            condval_24 = (ushort)0;
+          }
+          frag_a_ptr_1[0] = (((uint)condval_22) | (((uint)condval_24) << (uint)16));
+          ushort condval_26;
+          if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            ushort condval_27;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                nv_bfloat16 v__21 = h_ptr[(min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              condval_27 = (*(ushort *)(&(v__21)));
+            } else {
+                nv_bfloat16 v__22 = h0_ptr[(min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              condval_27 = (*(ushort *)(&(v__22)));
+            }
+            condval_26 = condval_27;
+          } else {
+            condval_26 = (ushort)0;
+          }
+          ushort condval_28;
+          if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            ushort condval_29;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                nv_bfloat16 v__23 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              condval_29 = (*(ushort *)(&(v__23)));
+            } else {
+                nv_bfloat16 v__24 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              condval_29 = (*(ushort *)(&(v__24)));
+            }
+            condval_28 = condval_29;
+          } else {
+            condval_28 = (ushort)0;
+          }
+          frag_a_ptr_1[1] = (((uint)condval_26) | (((uint)condval_28) << (uint)16));
+          ushort condval_30;
+          if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            ushort condval_31;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                nv_bfloat16 v__25 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              condval_31 = (*(ushort *)(&(v__25)));
+            } else {
+                nv_bfloat16 v__26 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              condval_31 = (*(ushort *)(&(v__26)));
+            }
+            condval_30 = condval_31;
+          } else {
+            condval_30 = (ushort)0;
+          }
+          ushort condval_32;
+          if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            ushort condval_33;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                nv_bfloat16 v__27 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              condval_33 = (*(ushort *)(&(v__27)));
+            } else {
+                nv_bfloat16 v__28 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              condval_33 = (*(ushort *)(&(v__28)));
+            }
+            condval_32 = condval_33;
+          } else {
+            condval_32 = (ushort)0;
+          }
+          frag_a_ptr_1[2] = (((uint)condval_30) | (((uint)condval_32) << (uint)16));
+          ushort condval_34;
+          if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            ushort condval_35;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                nv_bfloat16 v__29 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              condval_35 = (*(ushort *)(&(v__29)));
+            } else {
+                nv_bfloat16 v__30 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              condval_35 = (*(ushort *)(&(v__30)));
+            }
+            condval_34 = condval_35;
+          } else {
+            condval_34 = (ushort)0;
+          }
+          ushort condval_36;
+          if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            ushort condval_37;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                nv_bfloat16 v__31 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              condval_37 = (*(ushort *)(&(v__31)));
+            } else {
+                nv_bfloat16 v__32 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              condval_37 = (*(ushort *)(&(v__32)));
+            }
+            condval_36 = condval_37;
+          } else {
+            condval_36 = (ushort)0;
+          }
+          frag_a_ptr_1[3] = (((uint)condval_34) | (((uint)condval_36) << (uint)16));
+          ushort condval_38;
+          if (((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) {
+              nv_bfloat16 v__33 = w_hh_ptr[((min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + (((((int)threadIdx.x) & 63) >> 4) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + ((((int)threadIdx.x) & 15) >> 2)), (H - 1)) * w_hh_s1))];
+            condval_38 = (*(ushort *)(&(v__33)));
+          } else {
+            condval_38 = (ushort)0;
+          }
+          ushort condval_39;
+          if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) {
+              nv_bfloat16 v__34 = w_hh_ptr[((min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + (((((int)threadIdx.x) & 63) >> 4) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + ((((int)threadIdx.x) & 15) >> 2)), (H - 1)) * w_hh_s1))];
+            condval_39 = (*(ushort *)(&(v__34)));
+          } else {
+            condval_39 = (ushort)0;
+          }
+          frag_b_ptr_1[0] = (((uint)condval_38) | (((uint)condval_39) << (uint)16));
+          ushort condval_40;
+          if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) {
+              nv_bfloat16 v__35 = w_hh_ptr[((min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + (((((int)threadIdx.x) & 63) >> 4) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + ((((int)threadIdx.x) & 15) >> 2)), (H - 1)) * w_hh_s1))];
+            condval_40 = (*(ushort *)(&(v__35)));
+          } else {
+            condval_40 = (ushort)0;
+          }
+          ushort condval_41;
+          if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) {
+              nv_bfloat16 v__36 = w_hh_ptr[((min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + (((((int)threadIdx.x) & 63) >> 4) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + ((((int)threadIdx.x) & 15) >> 2)), (H - 1)) * w_hh_s1))];
+            condval_41 = (*(ushort *)(&(v__36)));
+          } else {
+            condval_41 = (ushort)0;
+          }
+          frag_b_ptr_1[1] = (((uint)condval_40) | (((uint)condval_41) << (uint)16));
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_ptr_1 + 0))[0]), "=f"(((float *)(acc_ptr_1 + 0))[1]), "=f"(((float *)(acc_ptr_1 + 0))[2]), "=f"(((float *)(acc_ptr_1 + 0))[3])
+      : "r"(((unsigned *)(frag_a_ptr_1 + 0))[0]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[1]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[2]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[3]), "r"(((unsigned *)(frag_b_ptr_1 + 0))[0]), "r"(((unsigned *)(frag_b_ptr_1 + 0))[1]), "f"(((float *)(acc_ptr_1 + 0))[0]), "f"(((float *)(acc_ptr_1 + 0))[1]), "f"(((float *)(acc_ptr_1 + 0))[2]), "f"(((float *)(acc_ptr_1 + 0))[3]));
+  }
+        }
+        pre_ptr[(((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2))] = acc_ptr_1[0];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_ptr_1[1];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 128)] = acc_ptr_1[2];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 129)] = acc_ptr_1[3];
+      }
+      __syncthreads();
+      if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+        for (int q_1 = 0; q_1 < (max(((min((n - (pass * 32)), 32) + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_1) {
+              nv_bfloat16 v__37 = xw_ptr[((((((int)blockIdx.x) * 4) + (t * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__38 = ((uint)(*(ushort *)(&(v__37)))) << (uint)16;
+          v_ptr[0] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (pre_ptr[(((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3))] + (*(float *)(&(v__38))))))));
+              nv_bfloat16 v__39 = xw_ptr[(((((((int)blockIdx.x) * 4) + (t * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + xw_s2) + (((int)threadIdx.x) & 3))];
+            uint v__40 = ((uint)(*(ushort *)(&(v__39)))) << (uint)16;
+          v_ptr[1] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (pre_ptr[((((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3)) + 4)] + (*(float *)(&(v__40))))))));
+              nv_bfloat16 v__41 = xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 2)) + (t * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__42 = ((uint)(*(ushort *)(&(v__41)))) << (uint)16;
+          v_ptr[2] = tanhf((pre_ptr[((((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3)) + 8)] + (*(float *)(&(v__42)))));
+              nv_bfloat16 v__43 = xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 3)) + (t * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__44 = ((uint)(*(ushort *)(&(v__43)))) << (uint)16;
+          v_ptr[3] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (pre_ptr[((((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3)) + 12)] + (*(float *)(&(v__44))))))));
+              nv_bfloat16 v__45 = cy_ptr[(((((int)blockIdx.x) * 4) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))];
+            uint v__46 = ((uint)(*(ushort *)(&(v__45)))) << (uint)16;
+          v_ptr[4] = ((v_ptr[1] * (*(float *)(&(v__46)))) + (v_ptr[0] * v_ptr[2]));
+          v_ptr[5] = tanhf(v_ptr[4]);
+            float v__47 = v_ptr[4];
+          uint bits = (*(uint *)(&(v__47)));
+          if ((uint)2139095040 < (bits & (uint)2147483647)) {
+              ushort v__48 = (ushort)((bits | (uint)4194304) >> (uint)16);
+            cy_ptr[(((((int)blockIdx.x) * 4) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__48)));
+          } else {
+              ushort v__49 = (ushort)(((bits + ((bits >> (uint)16) & (uint)1)) + (uint)32767) >> (uint)16);
+            cy_ptr[(((((int)blockIdx.x) * 4) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__49)));
+          }
+            float v__50 = v_ptr[3] * v_ptr[5];
+          uint bits_1 = (*(uint *)(&(v__50)));
+          if ((uint)2139095040 < (bits_1 & (uint)2147483647)) {
+              ushort v__51 = (ushort)((bits_1 | (uint)4194304) >> (uint)16);
+            hy_ptr[(((((int)blockIdx.x) * 4) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__51)));
+          } else {
+              ushort v__52 = (ushort)(((bits_1 + ((bits_1 >> (uint)16) & (uint)1)) + (uint)32767) >> (uint)16);
+            hy_ptr[(((((int)blockIdx.x) * 4) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__52)));
+          }
+            float v__53 = v_ptr[3] * v_ptr[5];
+          uint bits_2 = (*(uint *)(&(v__53)));
+          if ((uint)2139095040 < (bits_2 & (uint)2147483647)) {
+              ushort v__54 = (ushort)((bits_2 | (uint)4194304) >> (uint)16);
+            h_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__54)));
+          } else {
+              ushort v__55 = (ushort)(((bits_2 + ((bits_2 >> (uint)16) & (uint)1)) + (uint)32767) >> (uint)16);
+            h_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__55)));
+          }
+            float v__56 = v_ptr[4];
+          uint bits_3 = (*(uint *)(&(v__56)));
+          if ((uint)2139095040 < (bits_3 & (uint)2147483647)) {
+              ushort v__57 = (ushort)((bits_3 | (uint)4194304) >> (uint)16);
+            c_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__57)));
+          } else {
+              ushort v__58 = (ushort)(((bits_3 + ((bits_3 >> (uint)16) & (uint)1)) + (uint)32767) >> (uint)16);
+            c_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__58)));
+          }
+            float v__59 = v_ptr[0];
+          uint bits_4 = (*(uint *)(&(v__59)));
+          if ((uint)2139095040 < (bits_4 & (uint)2147483647)) {
+              ushort v__60 = (ushort)((bits_4 | (uint)4194304) >> (uint)16);
+            i_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__60)));
+          } else {
+              ushort v__61 = (ushort)(((bits_4 + ((bits_4 >> (uint)16) & (uint)1)) + (uint)32767) >> (uint)16);
+            i_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__61)));
+          }
+            float v__62 = v_ptr[1];
+          uint bits_5 = (*(uint *)(&(v__62)));
+          if ((uint)2139095040 < (bits_5 & (uint)2147483647)) {
+              ushort v__63 = (ushort)((bits_5 | (uint)4194304) >> (uint)16);
+            f_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__63)));
+          } else {
+              ushort v__64 = (ushort)(((bits_5 + ((bits_5 >> (uint)16) & (uint)1)) + (uint)32767) >> (uint)16);
+            f_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__64)));
+          }
+            float v__65 = v_ptr[2];
+          uint bits_6 = (*(uint *)(&(v__65)));
+          if ((uint)2139095040 < (bits_6 & (uint)2147483647)) {
+              ushort v__66 = (ushort)((bits_6 | (uint)4194304) >> (uint)16);
+            g_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__66)));
+          } else {
+              ushort v__67 = (ushort)(((bits_6 + ((bits_6 >> (uint)16) & (uint)1)) + (uint)32767) >> (uint)16);
+            g_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__67)));
+          }
+            float v__68 = v_ptr[3];
+          uint bits_7 = (*(uint *)(&(v__68)));
+          if ((uint)2139095040 < (bits_7 & (uint)2147483647)) {
+              ushort v__69 = (ushort)((bits_7 | (uint)4194304) >> (uint)16);
+            o_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__69)));
+          } else {
+              ushort v__70 = (ushort)(((bits_7 + ((bits_7 >> (uint)16) & (uint)1)) + (uint)32767) >> (uint)16);
+            o_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__70)));
+          }
+            float v__71 = v_ptr[5];
+          uint bits_8 = (*(uint *)(&(v__71)));
+          if ((uint)2139095040 < (bits_8 & (uint)2147483647)) {
+              ushort v__72 = (ushort)((bits_8 | (uint)4194304) >> (uint)16);
+            tanhc_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__72)));
+          } else {
+              ushort v__73 = (ushort)(((bits_8 + ((bits_8 >> (uint)16) & (uint)1)) + (uint)32767) >> (uint)16);
+            tanhc_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__73)));
+          }
+        }
+      }
+      __syncthreads();
+    }
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+      for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
+        h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
+        c_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
+        i_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
+        f_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
+        g_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
+        o_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
+        tanhc_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
+      }
+    }
+    fg_grid_sync(((H + 3) >> 2));
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128, 1) fg_lstm_layer_forward_bfloat16__reverse_tensor_cores_train_kernel(int* __restrict__ batch_sizes_ptr, nv_bfloat16* __restrict__ c_ptr, nv_bfloat16* __restrict__ c0_ptr, nv_bfloat16* __restrict__ cy_ptr, nv_bfloat16* __restrict__ f_ptr, nv_bfloat16* __restrict__ g_ptr, nv_bfloat16* __restrict__ h_ptr, nv_bfloat16* __restrict__ h0_ptr, nv_bfloat16* __restrict__ hy_ptr, nv_bfloat16* __restrict__ i_ptr, nv_bfloat16* __restrict__ o_ptr, nv_bfloat16* __restrict__ tanhc_ptr, nv_bfloat16* __restrict__ w_hh_ptr, nv_bfloat16* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2) {
+  extern __shared__ __align__(64) ushort w_shared_ptr[];
+  __shared__ alignas(64) float pre_ptr[512];
+  alignas(64) float acc_ptr[4];
+  alignas(64) uint frag_a_ptr[4];
+  alignas(64) uint frag_b_ptr[2];
+  alignas(64) float acc_ptr_1[4];
+  alignas(64) uint frag_a_ptr_1[4];
+  alignas(64) uint frag_b_ptr_1[2];
+  alignas(64) float v_ptr[6];
+  if (H <= 5152) {
+    for (int e = 0; e < ((H + 7) >> 3); ++e) {
+      if (((e * 128) + ((int)threadIdx.x)) < (H * 16)) {
+        ushort condval;
+        if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+            nv_bfloat16 v_ = w_hh_ptr[((((e * 8) + (((int)threadIdx.x) >> 4)) + (((((int)threadIdx.x) & 15) >> 2) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)), (H - 1)) * w_hh_s1))];
+          condval = (*(ushort *)(&(v_)));
+        } else {
+          condval = (ushort)0;
+        }
+        w_shared_ptr[((e * 128) + ((int)threadIdx.x))] = condval;
+      }
+    }
+  }
+  __syncthreads();
+  bool fits = (H <= 5152);
+  if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+    for (int q = 0; q < (((B + 31) - (((int)threadIdx.x) >> 2)) >> 5); ++q) {
+      hy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = h0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + (((int)threadIdx.x) & 3))];
+      cy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = c0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * c0_s0)) + (((int)threadIdx.x) & 3))];
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    int tt = ((T - t) - 1);
+    int n = batch_sizes_ptr[((T - t) - 1)];
+    int p = max((T - max(t, 1)), 0);
+    int condval_1;
+    if (0 < t) {
+      condval_1 = min(n, batch_sizes_ptr[max((T - t), 0)]);
+    } else {
+      condval_1 = 0;
+    }
+    int m = condval_1;
+    for (int pass = 0; pass < ((n + 31) >> 5); ++pass) {
+      if (H <= 5152) {
+        acc_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[1] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[2] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int kg = 0; kg < ((H + 15) >> 4); ++kg) {
+          ushort condval_2;
+          if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            ushort condval_3;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                nv_bfloat16 v__1 = h_ptr[(min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              condval_3 = (*(ushort *)(&(v__1)));
+            } else {
+                nv_bfloat16 v__2 = h0_ptr[(min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              condval_3 = (*(ushort *)(&(v__2)));
+            }
+            condval_2 = condval_3;
+          } else {
+            condval_2 = (ushort)0;
+          }
+          ushort condval_4;
+          if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            ushort condval_5;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                nv_bfloat16 v__3 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              condval_5 = (*(ushort *)(&(v__3)));
+            } else {
+                nv_bfloat16 v__4 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              condval_5 = (*(ushort *)(&(v__4)));
+            }
+            condval_4 = condval_5;
+          } else {
+            condval_4 = (ushort)0;
+          }
+          frag_a_ptr[0] = (((uint)condval_2) | (((uint)condval_4) << (uint)16));
+          ushort condval_6;
+          if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            ushort condval_7;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                nv_bfloat16 v__5 = h_ptr[(min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              condval_7 = (*(ushort *)(&(v__5)));
+            } else {
+                nv_bfloat16 v__6 = h0_ptr[(min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              condval_7 = (*(ushort *)(&(v__6)));
+            }
+            condval_6 = condval_7;
+          } else {
+            condval_6 = (ushort)0;
+          }
+          ushort condval_8;
+          if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            ushort condval_9;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                nv_bfloat16 v__7 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              condval_9 = (*(ushort *)(&(v__7)));
+            } else {
+                nv_bfloat16 v__8 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              condval_9 = (*(ushort *)(&(v__8)));
+            }
+            condval_8 = condval_9;
+          } else {
+            condval_8 = (ushort)0;
+          }
+          frag_a_ptr[1] = (((uint)condval_6) | (((uint)condval_8) << (uint)16));
+          ushort condval_10;
+          if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            ushort condval_11;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                nv_bfloat16 v__9 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              condval_11 = (*(ushort *)(&(v__9)));
+            } else {
+                nv_bfloat16 v__10 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              condval_11 = (*(ushort *)(&(v__10)));
+            }
+            condval_10 = condval_11;
+          } else {
+            condval_10 = (ushort)0;
+          }
+          ushort condval_12;
+          if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            ushort condval_13;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                nv_bfloat16 v__11 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              condval_13 = (*(ushort *)(&(v__11)));
+            } else {
+                nv_bfloat16 v__12 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              condval_13 = (*(ushort *)(&(v__12)));
+            }
+            condval_12 = condval_13;
+          } else {
+            condval_12 = (ushort)0;
+          }
+          frag_a_ptr[2] = (((uint)condval_10) | (((uint)condval_12) << (uint)16));
+          ushort condval_14;
+          if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            ushort condval_15;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                nv_bfloat16 v__13 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              condval_15 = (*(ushort *)(&(v__13)));
+            } else {
+                nv_bfloat16 v__14 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              condval_15 = (*(ushort *)(&(v__14)));
+            }
+            condval_14 = condval_15;
+          } else {
+            condval_14 = (ushort)0;
+          }
+          ushort condval_16;
+          if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            ushort condval_17;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                nv_bfloat16 v__15 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              condval_17 = (*(ushort *)(&(v__15)));
+            } else {
+                nv_bfloat16 v__16 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              condval_17 = (*(ushort *)(&(v__16)));
+            }
+            condval_16 = condval_17;
+          } else {
+            condval_16 = (ushort)0;
+          }
+          frag_a_ptr[3] = (((uint)condval_14) | (((uint)condval_16) << (uint)16));
+          ushort condval_18;
+          if (((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) {
+            condval_18 = w_shared_ptr[((min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) * 16) + ((((int)threadIdx.x) & 63) >> 2))];
+          } else {
+            condval_18 = (ushort)0;
+          }
+          ushort condval_19;
+          if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) {
+            condval_19 = w_shared_ptr[((min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) * 16) + ((((int)threadIdx.x) & 63) >> 2))];
+          } else {
+            condval_19 = (ushort)0;
+          }
+          frag_b_ptr[0] = (((uint)condval_18) | (((uint)condval_19) << (uint)16));
+          ushort condval_20;
+          if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) {
+            condval_20 = w_shared_ptr[((min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) * 16) + ((((int)threadIdx.x) & 63) >> 2))];
+          } else {
+            condval_20 = (ushort)0;
+          }
+          ushort condval_21;
+          if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) {
+            condval_21 = w_shared_ptr[((min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) * 16) + ((((int)threadIdx.x) & 63) >> 2))];
+          } else {
+            condval_21 = (ushort)0;
+          }
+          frag_b_ptr[1] = (((uint)condval_20) | (((uint)condval_21) << (uint)16));
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_ptr + 0))[0]), "=f"(((float *)(acc_ptr + 0))[1]), "=f"(((float *)(acc_ptr + 0))[2]), "=f"(((float *)(acc_ptr + 0))[3])
+      : "r"(((unsigned *)(frag_a_ptr + 0))[0]), "r"(((unsigned *)(frag_a_ptr + 0))[1]), "r"(((unsigned *)(frag_a_ptr + 0))[2]), "r"(((unsigned *)(frag_a_ptr + 0))[3]), "r"(((unsigned *)(frag_b_ptr + 0))[0]), "r"(((unsigned *)(frag_b_ptr + 0))[1]), "f"(((float *)(acc_ptr + 0))[0]), "f"(((float *)(acc_ptr + 0))[1]), "f"(((float *)(acc_ptr + 0))[2]), "f"(((float *)(acc_ptr + 0))[3]));
+  }
+        }
+        pre_ptr[(((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2))] = acc_ptr[0];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_ptr[1];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 128)] = acc_ptr[2];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 129)] = acc_ptr[3];
+      } else {
+        acc_ptr_1[0] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[1] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[2] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int kg_1 = 0; kg_1 < ((H + 15) >> 4); ++kg_1) {
+          ushort condval_22;
+          if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            ushort condval_23;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                nv_bfloat16 v__17 = h_ptr[(min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              condval_23 = (*(ushort *)(&(v__17)));
+            } else {
+                nv_bfloat16 v__18 = h0_ptr[(min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              condval_23 = (*(ushort *)(&(v__18)));
+            }
+            condval_22 = condval_23;
+          } else {
+            condval_22 = (ushort)0;
+          }
+          ushort condval_24;
+          if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            ushort condval_25;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                nv_bfloat16 v__19 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              condval_25 = (*(ushort *)(&(v__19)));
+            } else {
+                nv_bfloat16 v__20 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              condval_25 = (*(ushort *)(&(v__20)));
+            }
+            condval_24 = condval_25;
+          } else {
+            condval_24 = (ushort)0;
+          }
+          frag_a_ptr_1[0] = (((uint)condval_22) | (((uint)condval_24) << (uint)16));
+          ushort condval_26;
+          if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            ushort condval_27;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                nv_bfloat16 v__21 = h_ptr[(min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              condval_27 = (*(ushort *)(&(v__21)));
+            } else {
+                nv_bfloat16 v__22 = h0_ptr[(min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              condval_27 = (*(ushort *)(&(v__22)));
+            }
+            condval_26 = condval_27;
+          } else {
+            condval_26 = (ushort)0;
+          }
+          ushort condval_28;
+          if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            ushort condval_29;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                nv_bfloat16 v__23 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              condval_29 = (*(ushort *)(&(v__23)));
+            } else {
+                nv_bfloat16 v__24 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              condval_29 = (*(ushort *)(&(v__24)));
+            }
+            condval_28 = condval_29;
+          } else {
+            condval_28 = (ushort)0;
+          }
+          frag_a_ptr_1[1] = (((uint)condval_26) | (((uint)condval_28) << (uint)16));
+          ushort condval_30;
+          if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            ushort condval_31;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                nv_bfloat16 v__25 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              condval_31 = (*(ushort *)(&(v__25)));
+            } else {
+                nv_bfloat16 v__26 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              condval_31 = (*(ushort *)(&(v__26)));
+            }
+            condval_30 = condval_31;
+          } else {
+            condval_30 = (ushort)0;
+          }
+          ushort condval_32;
+          if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            ushort condval_33;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                nv_bfloat16 v__27 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              condval_33 = (*(ushort *)(&(v__27)));
+            } else {
+                nv_bfloat16 v__28 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              condval_33 = (*(ushort *)(&(v__28)));
+            }
+            condval_32 = condval_33;
+          } else {
+            condval_32 = (ushort)0;
+          }
+          frag_a_ptr_1[2] = (((uint)condval_30) | (((uint)condval_32) << (uint)16));
+          ushort condval_34;
+          if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            ushort condval_35;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                nv_bfloat16 v__29 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              condval_35 = (*(ushort *)(&(v__29)));
+            } else {
+                nv_bfloat16 v__30 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              condval_35 = (*(ushort *)(&(v__30)));
+            }
+            condval_34 = condval_35;
+          } else {
+            condval_34 = (ushort)0;
+          }
+          ushort condval_36;
+          if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            ushort condval_37;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                nv_bfloat16 v__31 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              condval_37 = (*(ushort *)(&(v__31)));
+            } else {
+                nv_bfloat16 v__32 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              condval_37 = (*(ushort *)(&(v__32)));
+            }
+            condval_36 = condval_37;
+          } else {
+            condval_36 = (ushort)0;
+          }
+          frag_a_ptr_1[3] = (((uint)condval_34) | (((uint)condval_36) << (uint)16));
+          ushort condval_38;
+          if (((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) {
+              nv_bfloat16 v__33 = w_hh_ptr[((min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + (((((int)threadIdx.x) & 63) >> 4) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + ((((int)threadIdx.x) & 15) >> 2)), (H - 1)) * w_hh_s1))];
+            condval_38 = (*(ushort *)(&(v__33)));
+          } else {
+            condval_38 = (ushort)0;
+          }
+          ushort condval_39;
+          if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) {
+              nv_bfloat16 v__34 = w_hh_ptr[((min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + (((((int)threadIdx.x) & 63) >> 4) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + ((((int)threadIdx.x) & 15) >> 2)), (H - 1)) * w_hh_s1))];
+            condval_39 = (*(ushort *)(&(v__34)));
+          } else {
+            condval_39 = (ushort)0;
+          }
+          frag_b_ptr_1[0] = (((uint)condval_38) | (((uint)condval_39) << (uint)16));
+          ushort condval_40;
+          if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) {
+              nv_bfloat16 v__35 = w_hh_ptr[((min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + (((((int)threadIdx.x) & 63) >> 4) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + ((((int)threadIdx.x) & 15) >> 2)), (H - 1)) * w_hh_s1))];
+            condval_40 = (*(ushort *)(&(v__35)));
+          } else {
+            condval_40 = (ushort)0;
+          }
+          ushort condval_41;
+          if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) {
+              nv_bfloat16 v__36 = w_hh_ptr[((min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + (((((int)threadIdx.x) & 63) >> 4) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + ((((int)threadIdx.x) & 15) >> 2)), (H - 1)) * w_hh_s1))];
+            condval_41 = (*(ushort *)(&(v__36)));
+          } else {
+            condval_41 = (ushort)0;
+          }
+          frag_b_ptr_1[1] = (((uint)condval_40) | (((uint)condval_41) << (uint)16));
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_ptr_1 + 0))[0]), "=f"(((float *)(acc_ptr_1 + 0))[1]), "=f"(((float *)(acc_ptr_1 + 0))[2]), "=f"(((float *)(acc_ptr_1 + 0))[3])
+      : "r"(((unsigned *)(frag_a_ptr_1 + 0))[0]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[1]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[2]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[3]), "r"(((unsigned *)(frag_b_ptr_1 + 0))[0]), "r"(((unsigned *)(frag_b_ptr_1 + 0))[1]), "f"(((float *)(acc_ptr_1 + 0))[0]), "f"(((float *)(acc_ptr_1 + 0))[1]), "f"(((float *)(acc_ptr_1 + 0))[2]), "f"(((float *)(acc_ptr_1 + 0))[3]));
+  }
+        }
+        pre_ptr[(((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2))] = acc_ptr_1[0];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_ptr_1[1];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 128)] = acc_ptr_1[2];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 129)] = acc_ptr_1[3];
+      }
+      __syncthreads();
+      if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+        for (int q_1 = 0; q_1 < (max(((min((n - (pass * 32)), 32) + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_1) {
+              nv_bfloat16 v__37 = xw_ptr[((((((int)blockIdx.x) * 4) + (((T - t) - 1) * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__38 = ((uint)(*(ushort *)(&(v__37)))) << (uint)16;
+          v_ptr[0] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (pre_ptr[(((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3))] + (*(float *)(&(v__38))))))));
+              nv_bfloat16 v__39 = xw_ptr[(((((((int)blockIdx.x) * 4) + (((T - t) - 1) * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + xw_s2) + (((int)threadIdx.x) & 3))];
+            uint v__40 = ((uint)(*(ushort *)(&(v__39)))) << (uint)16;
+          v_ptr[1] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (pre_ptr[((((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3)) + 4)] + (*(float *)(&(v__40))))))));
+              nv_bfloat16 v__41 = xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__42 = ((uint)(*(ushort *)(&(v__41)))) << (uint)16;
+          v_ptr[2] = tanhf((pre_ptr[((((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3)) + 8)] + (*(float *)(&(v__42)))));
+              nv_bfloat16 v__43 = xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__44 = ((uint)(*(ushort *)(&(v__43)))) << (uint)16;
+          v_ptr[3] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (pre_ptr[((((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3)) + 12)] + (*(float *)(&(v__44))))))));
+              nv_bfloat16 v__45 = cy_ptr[(((((int)blockIdx.x) * 4) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))];
+            uint v__46 = ((uint)(*(ushort *)(&(v__45)))) << (uint)16;
+          v_ptr[4] = ((v_ptr[1] * (*(float *)(&(v__46)))) + (v_ptr[0] * v_ptr[2]));
+          v_ptr[5] = tanhf(v_ptr[4]);
+            float v__47 = v_ptr[4];
+          uint bits = (*(uint *)(&(v__47)));
+          if ((uint)2139095040 < (bits & (uint)2147483647)) {
+              ushort v__48 = (ushort)((bits | (uint)4194304) >> (uint)16);
+            cy_ptr[(((((int)blockIdx.x) * 4) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__48)));
+          } else {
+              ushort v__49 = (ushort)(((bits + ((bits >> (uint)16) & (uint)1)) + (uint)32767) >> (uint)16);
+            cy_ptr[(((((int)blockIdx.x) * 4) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__49)));
+          }
+            float v__50 = v_ptr[3] * v_ptr[5];
+          uint bits_1 = (*(uint *)(&(v__50)));
+          if ((uint)2139095040 < (bits_1 & (uint)2147483647)) {
+              ushort v__51 = (ushort)((bits_1 | (uint)4194304) >> (uint)16);
+            hy_ptr[(((((int)blockIdx.x) * 4) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__51)));
+          } else {
+              ushort v__52 = (ushort)(((bits_1 + ((bits_1 >> (uint)16) & (uint)1)) + (uint)32767) >> (uint)16);
+            hy_ptr[(((((int)blockIdx.x) * 4) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__52)));
+          }
+            float v__53 = v_ptr[3] * v_ptr[5];
+          uint bits_2 = (*(uint *)(&(v__53)));
+          if ((uint)2139095040 < (bits_2 & (uint)2147483647)) {
+              ushort v__54 = (ushort)((bits_2 | (uint)4194304) >> (uint)16);
+            h_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__54)));
+          } else {
+              ushort v__55 = (ushort)(((bits_2 + ((bits_2 >> (uint)16) & (uint)1)) + (uint)32767) >> (uint)16);
+            h_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__55)));
+          }
+            float v__56 = v_ptr[4];
+          uint bits_3 = (*(uint *)(&(v__56)));
+          if ((uint)2139095040 < (bits_3 & (uint)2147483647)) {
+              ushort v__57 = (ushort)((bits_3 | (uint)4194304) >> (uint)16);
+            c_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__57)));
+          } else {
+              ushort v__58 = (ushort)(((bits_3 + ((bits_3 >> (uint)16) & (uint)1)) + (uint)32767) >> (uint)16);
+            c_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__58)));
+          }
+            float v__59 = v_ptr[0];
+          uint bits_4 = (*(uint *)(&(v__59)));
+          if ((uint)2139095040 < (bits_4 & (uint)2147483647)) {
+              ushort v__60 = (ushort)((bits_4 | (uint)4194304) >> (uint)16);
+            i_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__60)));
+          } else {
+              ushort v__61 = (ushort)(((bits_4 + ((bits_4 >> (uint)16) & (uint)1)) + (uint)32767) >> (uint)16);
+            i_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__61)));
+          }
+            float v__62 = v_ptr[1];
+          uint bits_5 = (*(uint *)(&(v__62)));
+          if ((uint)2139095040 < (bits_5 & (uint)2147483647)) {
+              ushort v__63 = (ushort)((bits_5 | (uint)4194304) >> (uint)16);
+            f_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__63)));
+          } else {
+              ushort v__64 = (ushort)(((bits_5 + ((bits_5 >> (uint)16) & (uint)1)) + (uint)32767) >> (uint)16);
+            f_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__64)));
+          }
+            float v__65 = v_ptr[2];
+          uint bits_6 = (*(uint *)(&(v__65)));
+          if ((uint)2139095040 < (bits_6 & (uint)2147483647)) {
+              ushort v__66 = (ushort)((bits_6 | (uint)4194304) >> (uint)16);
+            g_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__66)));
+          } else {
+              ushort v__67 = (ushort)(((bits_6 + ((bits_6 >> (uint)16) & (uint)1)) + (uint)32767) >> (uint)16);
+            g_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__67)));
+          }
+            float v__68 = v_ptr[3];
+          uint bits_7 = (*(uint *)(&(v__68)));
+          if ((uint)2139095040 < (bits_7 & (uint)2147483647)) {
+              ushort v__69 = (ushort)((bits_7 | (uint)4194304) >> (uint)16);
+            o_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__69)));
+          } else {
+              ushort v__70 = (ushort)(((bits_7 + ((bits_7 >> (uint)16) & (uint)1)) + (uint)32767) >> (uint)16);
+            o_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__70)));
+          }
+            float v__71 = v_ptr[5];
+          uint bits_8 = (*(uint *)(&(v__71)));
+          if ((uint)2139095040 < (bits_8 & (uint)2147483647)) {
+              ushort v__72 = (ushort)((bits_8 | (uint)4194304) >> (uint)16);
+            tanhc_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__72)));
+          } else {
+              ushort v__73 = (ushort)(((bits_8 + ((bits_8 >> (uint)16) & (uint)1)) + (uint)32767) >> (uint)16);
+            tanhc_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__73)));
+          }
+        }
+      }
+      __syncthreads();
+    }
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+      for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
+        h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
+        c_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
+        i_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
+        f_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
+        g_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
+        o_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
+        tanhc_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
+      }
+    }
+    fg_grid_sync(((H + 3) >> 2));
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128, 1) fg_lstm_layer_forward_bfloat16__tensor_cores_kernel(int* __restrict__ batch_sizes_ptr, nv_bfloat16* __restrict__ c0_ptr, nv_bfloat16* __restrict__ cy_ptr, nv_bfloat16* __restrict__ h_ptr, nv_bfloat16* __restrict__ h0_ptr, nv_bfloat16* __restrict__ hy_ptr, nv_bfloat16* __restrict__ w_hh_ptr, nv_bfloat16* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2) {
+  extern __shared__ __align__(64) ushort w_shared_ptr[];
+  __shared__ alignas(64) float pre_ptr[512];
+  alignas(64) float acc_ptr[4];
+  alignas(64) uint frag_a_ptr[4];
+  alignas(64) uint frag_b_ptr[2];
+  alignas(64) float acc_ptr_1[4];
+  alignas(64) uint frag_a_ptr_1[4];
+  alignas(64) uint frag_b_ptr_1[2];
+  alignas(64) float v_ptr[6];
+  if (H <= 5152) {
+    for (int e = 0; e < ((H + 7) >> 3); ++e) {
+      if (((e * 128) + ((int)threadIdx.x)) < (H * 16)) {
+        ushort condval;
+        if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+            nv_bfloat16 v_ = w_hh_ptr[((((e * 8) + (((int)threadIdx.x) >> 4)) + (((((int)threadIdx.x) & 15) >> 2) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)), (H - 1)) * w_hh_s1))];
+          condval = (*(ushort *)(&(v_)));
+        } else {
+          condval = (ushort)0;
+        }
+        w_shared_ptr[((e * 128) + ((int)threadIdx.x))] = condval;
+      }
+    }
+  }
+  __syncthreads();
+  bool fits = (H <= 5152);
+  if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+    for (int q = 0; q < (((B + 31) - (((int)threadIdx.x) >> 2)) >> 5); ++q) {
+      hy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = h0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + (((int)threadIdx.x) & 3))];
+      cy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = c0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * c0_s0)) + (((int)threadIdx.x) & 3))];
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    int tt = t;
+    int n = batch_sizes_ptr[t];
+    int p = max((min(t, T) - 1), 0);
+    int condval_1;
+    if (0 < t) {
+      condval_1 = min(n, batch_sizes_ptr[(min(t, T) - 1)]);
+    } else {
+      condval_1 = 0;
+    }
+    int m = condval_1;
+    for (int pass = 0; pass < ((n + 31) >> 5); ++pass) {
+      if (H <= 5152) {
+        acc_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[1] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[2] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int kg = 0; kg < ((H + 15) >> 4); ++kg) {
+          ushort condval_2;
+          if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            ushort condval_3;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                nv_bfloat16 v__1 = h_ptr[(min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              condval_3 = (*(ushort *)(&(v__1)));
+            } else {
+                nv_bfloat16 v__2 = h0_ptr[(min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              condval_3 = (*(ushort *)(&(v__2)));
+            }
+            condval_2 = condval_3;
+          } else {
+            condval_2 = (ushort)0;
+          }
+          ushort condval_4;
+          if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            ushort condval_5;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                nv_bfloat16 v__3 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              condval_5 = (*(ushort *)(&(v__3)));
+            } else {
+                nv_bfloat16 v__4 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              condval_5 = (*(ushort *)(&(v__4)));
+            }
+            condval_4 = condval_5;
+          } else {
+            condval_4 = (ushort)0;
+          }
+          frag_a_ptr[0] = (((uint)condval_2) | (((uint)condval_4) << (uint)16));
+          ushort condval_6;
+          if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            ushort condval_7;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                nv_bfloat16 v__5 = h_ptr[(min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              condval_7 = (*(ushort *)(&(v__5)));
+            } else {
+                nv_bfloat16 v__6 = h0_ptr[(min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              condval_7 = (*(ushort *)(&(v__6)));
+            }
+            condval_6 = condval_7;
+          } else {
+            condval_6 = (ushort)0;
+          }
+          ushort condval_8;
+          if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            ushort condval_9;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                nv_bfloat16 v__7 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              condval_9 = (*(ushort *)(&(v__7)));
+            } else {
+                nv_bfloat16 v__8 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              condval_9 = (*(ushort *)(&(v__8)));
+            }
+            condval_8 = condval_9;
+          } else {
+            condval_8 = (ushort)0;
+          }
+          frag_a_ptr[1] = (((uint)condval_6) | (((uint)condval_8) << (uint)16));
+          ushort condval_10;
+          if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            ushort condval_11;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                nv_bfloat16 v__9 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              condval_11 = (*(ushort *)(&(v__9)));
+            } else {
+                nv_bfloat16 v__10 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              condval_11 = (*(ushort *)(&(v__10)));
+            }
+            condval_10 = condval_11;
+          } else {
+            condval_10 = (ushort)0;
+          }
+          ushort condval_12;
+          if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            ushort condval_13;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                nv_bfloat16 v__11 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              condval_13 = (*(ushort *)(&(v__11)));
+            } else {
+                nv_bfloat16 v__12 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              condval_13 = (*(ushort *)(&(v__12)));
+            }
+            condval_12 = condval_13;
+          } else {
+            condval_12 = (ushort)0;
+          }
+          frag_a_ptr[2] = (((uint)condval_10) | (((uint)condval_12) << (uint)16));
+          ushort condval_14;
+          if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            ushort condval_15;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                nv_bfloat16 v__13 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              condval_15 = (*(ushort *)(&(v__13)));
+            } else {
+                nv_bfloat16 v__14 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              condval_15 = (*(ushort *)(&(v__14)));
+            }
+            condval_14 = condval_15;
+          } else {
+            condval_14 = (ushort)0;
+          }
+          ushort condval_16;
+          if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            ushort condval_17;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                nv_bfloat16 v__15 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              condval_17 = (*(ushort *)(&(v__15)));
+            } else {
+                nv_bfloat16 v__16 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              condval_17 = (*(ushort *)(&(v__16)));
+            }
+            condval_16 = condval_17;
+          } else {
+            condval_16 = (ushort)0;
+          }
+          frag_a_ptr[3] = (((uint)condval_14) | (((uint)condval_16) << (uint)16));
+          ushort condval_18;
+          if (((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) {
+            condval_18 = w_shared_ptr[((min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) * 16) + ((((int)threadIdx.x) & 63) >> 2))];
+          } else {
+            condval_18 = (ushort)0;
+          }
+          ushort condval_19;
+          if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) {
+            condval_19 = w_shared_ptr[((min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) * 16) + ((((int)threadIdx.x) & 63) >> 2))];
+          } else {
+            condval_19 = (ushort)0;
+          }
+          frag_b_ptr[0] = (((uint)condval_18) | (((uint)condval_19) << (uint)16));
+          ushort condval_20;
+          if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) {
+            condval_20 = w_shared_ptr[((min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) * 16) + ((((int)threadIdx.x) & 63) >> 2))];
+          } else {
+            condval_20 = (ushort)0;
+          }
+          ushort condval_21;
+          if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) {
+            condval_21 = w_shared_ptr[((min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) * 16) + ((((int)threadIdx.x) & 63) >> 2))];
+          } else {
+            condval_21 = (ushort)0;
+          }
+          frag_b_ptr[1] = (((uint)condval_20) | (((uint)condval_21) << (uint)16));
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_ptr + 0))[0]), "=f"(((float *)(acc_ptr + 0))[1]), "=f"(((float *)(acc_ptr + 0))[2]), "=f"(((float *)(acc_ptr + 0))[3])
+      : "r"(((unsigned *)(frag_a_ptr + 0))[0]), "r"(((unsigned *)(frag_a_ptr + 0))[1]), "r"(((unsigned *)(frag_a_ptr + 0))[2]), "r"(((unsigned *)(frag_a_ptr + 0))[3]), "r"(((unsigned *)(frag_b_ptr + 0))[0]), "r"(((unsigned *)(frag_b_ptr + 0))[1]), "f"(((float *)(acc_ptr + 0))[0]), "f"(((float *)(acc_ptr + 0))[1]), "f"(((float *)(acc_ptr + 0))[2]), "f"(((float *)(acc_ptr + 0))[3]));
+  }
+        }
+        pre_ptr[(((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2))] = acc_ptr[0];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_ptr[1];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 128)] = acc_ptr[2];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 129)] = acc_ptr[3];
+      } else {
+        acc_ptr_1[0] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[1] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[2] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int kg_1 = 0; kg_1 < ((H + 15) >> 4); ++kg_1) {
+          ushort condval_22;
+          if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            ushort condval_23;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                nv_bfloat16 v__17 = h_ptr[(min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              condval_23 = (*(ushort *)(&(v__17)));
+            } else {
+                nv_bfloat16 v__18 = h0_ptr[(min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              condval_23 = (*(ushort *)(&(v__18)));
+            }
+            condval_22 = condval_23;
+          } else {
+            condval_22 = (ushort)0;
+          }
+          ushort condval_24;
+          if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            ushort condval_25;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                nv_bfloat16 v__19 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              condval_25 = (*(ushort *)(&(v__19)));
+            } else {
+                nv_bfloat16 v__20 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              condval_25 = (*(ushort *)(&(v__20)));
+            }
+            condval_24 = condval_25;
+          } else {
+            condval_24 = (ushort)0;
+          }
+          frag_a_ptr_1[0] = (((uint)condval_22) | (((uint)condval_24) << (uint)16));
+          ushort condval_26;
+          if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            ushort condval_27;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                nv_bfloat16 v__21 = h_ptr[(min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              condval_27 = (*(ushort *)(&(v__21)));
+            } else {
+                nv_bfloat16 v__22 = h0_ptr[(min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              condval_27 = (*(ushort *)(&(v__22)));
+            }
+            condval_26 = condval_27;
+          } else {
+            condval_26 = (ushort)0;
+          }
+          ushort condval_28;
+          if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            ushort condval_29;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                nv_bfloat16 v__23 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              condval_29 = (*(ushort *)(&(v__23)));
+            } else {
+                nv_bfloat16 v__24 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              condval_29 = (*(ushort *)(&(v__24)));
+            }
+            condval_28 = condval_29;
+          } else {
+            condval_28 = (ushort)0;
+          }
+          frag_a_ptr_1[1] = (((uint)condval_26) | (((uint)condval_28) << (uint)16));
+          ushort condval_30;
+          if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            ushort condval_31;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                nv_bfloat16 v__25 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              condval_31 = (*(ushort *)(&(v__25)));
+            } else {
+                nv_bfloat16 v__26 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              condval_31 = (*(ushort *)(&(v__26)));
+            }
+            condval_30 = condval_31;
+          } else {
+            condval_30 = (ushort)0;
+          }
+          ushort condval_32;
+          if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            ushort condval_33;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                nv_bfloat16 v__27 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              condval_33 = (*(ushort *)(&(v__27)));
+            } else {
+                nv_bfloat16 v__28 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              condval_33 = (*(ushort *)(&(v__28)));
+            }
+            condval_32 = condval_33;
+          } else {
+            condval_32 = (ushort)0;
+          }
+          frag_a_ptr_1[2] = (((uint)condval_30) | (((uint)condval_32) << (uint)16));
+          ushort condval_34;
+          if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            ushort condval_35;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                nv_bfloat16 v__29 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              condval_35 = (*(ushort *)(&(v__29)));
+            } else {
+                nv_bfloat16 v__30 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              condval_35 = (*(ushort *)(&(v__30)));
+            }
+            condval_34 = condval_35;
+          } else {
+            condval_34 = (ushort)0;
+          }
+          ushort condval_36;
+          if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            ushort condval_37;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                nv_bfloat16 v__31 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              condval_37 = (*(ushort *)(&(v__31)));
+            } else {
+                nv_bfloat16 v__32 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              condval_37 = (*(ushort *)(&(v__32)));
+            }
+            condval_36 = condval_37;
+          } else {
+            condval_36 = (ushort)0;
+          }
+          frag_a_ptr_1[3] = (((uint)condval_34) | (((uint)condval_36) << (uint)16));
+          ushort condval_38;
+          if (((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) {
+              nv_bfloat16 v__33 = w_hh_ptr[((min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + (((((int)threadIdx.x) & 63) >> 4) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + ((((int)threadIdx.x) & 15) >> 2)), (H - 1)) * w_hh_s1))];
+            condval_38 = (*(ushort *)(&(v__33)));
+          } else {
+            condval_38 = (ushort)0;
+          }
+          ushort condval_39;
+          if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) {
+              nv_bfloat16 v__34 = w_hh_ptr[((min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + (((((int)threadIdx.x) & 63) >> 4) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + ((((int)threadIdx.x) & 15) >> 2)), (H - 1)) * w_hh_s1))];
+            condval_39 = (*(ushort *)(&(v__34)));
+          } else {
+            condval_39 = (ushort)0;
+          }
+          frag_b_ptr_1[0] = (((uint)condval_38) | (((uint)condval_39) << (uint)16));
+          ushort condval_40;
+          if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) {
+              nv_bfloat16 v__35 = w_hh_ptr[((min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + (((((int)threadIdx.x) & 63) >> 4) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + ((((int)threadIdx.x) & 15) >> 2)), (H - 1)) * w_hh_s1))];
+            condval_40 = (*(ushort *)(&(v__35)));
+          } else {
+            condval_40 = (ushort)0;
+          }
+          ushort condval_41;
+          if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) {
+              nv_bfloat16 v__36 = w_hh_ptr[((min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + (((((int)threadIdx.x) & 63) >> 4) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + ((((int)threadIdx.x) & 15) >> 2)), (H - 1)) * w_hh_s1))];
+            condval_41 = (*(ushort *)(&(v__36)));
+          } else {
+            condval_41 = (ushort)0;
+          }
+          frag_b_ptr_1[1] = (((uint)condval_40) | (((uint)condval_41) << (uint)16));
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_ptr_1 + 0))[0]), "=f"(((float *)(acc_ptr_1 + 0))[1]), "=f"(((float *)(acc_ptr_1 + 0))[2]), "=f"(((float *)(acc_ptr_1 + 0))[3])
+      : "r"(((unsigned *)(frag_a_ptr_1 + 0))[0]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[1]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[2]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[3]), "r"(((unsigned *)(frag_b_ptr_1 + 0))[0]), "r"(((unsigned *)(frag_b_ptr_1 + 0))[1]), "f"(((float *)(acc_ptr_1 + 0))[0]), "f"(((float *)(acc_ptr_1 + 0))[1]), "f"(((float *)(acc_ptr_1 + 0))[2]), "f"(((float *)(acc_ptr_1 + 0))[3]));
+  }
+        }
+        pre_ptr[(((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2))] = acc_ptr_1[0];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_ptr_1[1];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 128)] = acc_ptr_1[2];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 129)] = acc_ptr_1[3];
+      }
+      __syncthreads();
+      if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+        for (int q_1 = 0; q_1 < (max(((min((n - (pass * 32)), 32) + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_1) {
+              nv_bfloat16 v__37 = xw_ptr[((((((int)blockIdx.x) * 4) + (t * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__38 = ((uint)(*(ushort *)(&(v__37)))) << (uint)16;
+          v_ptr[0] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (pre_ptr[(((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3))] + (*(float *)(&(v__38))))))));
+              nv_bfloat16 v__39 = xw_ptr[(((((((int)blockIdx.x) * 4) + (t * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + xw_s2) + (((int)threadIdx.x) & 3))];
+            uint v__40 = ((uint)(*(ushort *)(&(v__39)))) << (uint)16;
+          v_ptr[1] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (pre_ptr[((((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3)) + 4)] + (*(float *)(&(v__40))))))));
+              nv_bfloat16 v__41 = xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 2)) + (t * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__42 = ((uint)(*(ushort *)(&(v__41)))) << (uint)16;
+          v_ptr[2] = tanhf((pre_ptr[((((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3)) + 8)] + (*(float *)(&(v__42)))));
+              nv_bfloat16 v__43 = xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 3)) + (t * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__44 = ((uint)(*(ushort *)(&(v__43)))) << (uint)16;
+          v_ptr[3] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (pre_ptr[((((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3)) + 12)] + (*(float *)(&(v__44))))))));
+              nv_bfloat16 v__45 = cy_ptr[(((((int)blockIdx.x) * 4) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))];
+            uint v__46 = ((uint)(*(ushort *)(&(v__45)))) << (uint)16;
+          v_ptr[4] = ((v_ptr[1] * (*(float *)(&(v__46)))) + (v_ptr[0] * v_ptr[2]));
+          v_ptr[5] = tanhf(v_ptr[4]);
+            float v__47 = v_ptr[4];
+          uint bits = (*(uint *)(&(v__47)));
+          if ((uint)2139095040 < (bits & (uint)2147483647)) {
+              ushort v__48 = (ushort)((bits | (uint)4194304) >> (uint)16);
+            cy_ptr[(((((int)blockIdx.x) * 4) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__48)));
+          } else {
+              ushort v__49 = (ushort)(((bits + ((bits >> (uint)16) & (uint)1)) + (uint)32767) >> (uint)16);
+            cy_ptr[(((((int)blockIdx.x) * 4) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__49)));
+          }
+            float v__50 = v_ptr[3] * v_ptr[5];
+          uint bits_1 = (*(uint *)(&(v__50)));
+          if ((uint)2139095040 < (bits_1 & (uint)2147483647)) {
+              ushort v__51 = (ushort)((bits_1 | (uint)4194304) >> (uint)16);
+            hy_ptr[(((((int)blockIdx.x) * 4) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__51)));
+          } else {
+              ushort v__52 = (ushort)(((bits_1 + ((bits_1 >> (uint)16) & (uint)1)) + (uint)32767) >> (uint)16);
+            hy_ptr[(((((int)blockIdx.x) * 4) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__52)));
+          }
+            float v__53 = v_ptr[3] * v_ptr[5];
+          uint bits_2 = (*(uint *)(&(v__53)));
+          if ((uint)2139095040 < (bits_2 & (uint)2147483647)) {
+              ushort v__54 = (ushort)((bits_2 | (uint)4194304) >> (uint)16);
+            h_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__54)));
+          } else {
+              ushort v__55 = (ushort)(((bits_2 + ((bits_2 >> (uint)16) & (uint)1)) + (uint)32767) >> (uint)16);
+            h_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__55)));
+          }
+        }
+      }
+      __syncthreads();
+    }
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+      for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
+        h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
+      }
+    }
+    fg_grid_sync(((H + 3) >> 2));
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128, 1) fg_lstm_layer_forward_bfloat16__reverse_tensor_cores_kernel(int* __restrict__ batch_sizes_ptr, nv_bfloat16* __restrict__ c0_ptr, nv_bfloat16* __restrict__ cy_ptr, nv_bfloat16* __restrict__ h_ptr, nv_bfloat16* __restrict__ h0_ptr, nv_bfloat16* __restrict__ hy_ptr, nv_bfloat16* __restrict__ w_hh_ptr, nv_bfloat16* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2) {
+  extern __shared__ __align__(64) ushort w_shared_ptr[];
+  __shared__ alignas(64) float pre_ptr[512];
+  alignas(64) float acc_ptr[4];
+  alignas(64) uint frag_a_ptr[4];
+  alignas(64) uint frag_b_ptr[2];
+  alignas(64) float acc_ptr_1[4];
+  alignas(64) uint frag_a_ptr_1[4];
+  alignas(64) uint frag_b_ptr_1[2];
+  alignas(64) float v_ptr[6];
+  if (H <= 5152) {
+    for (int e = 0; e < ((H + 7) >> 3); ++e) {
+      if (((e * 128) + ((int)threadIdx.x)) < (H * 16)) {
+        ushort condval;
+        if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+            nv_bfloat16 v_ = w_hh_ptr[((((e * 8) + (((int)threadIdx.x) >> 4)) + (((((int)threadIdx.x) & 15) >> 2) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)), (H - 1)) * w_hh_s1))];
+          condval = (*(ushort *)(&(v_)));
+        } else {
+          condval = (ushort)0;
+        }
+        w_shared_ptr[((e * 128) + ((int)threadIdx.x))] = condval;
+      }
+    }
+  }
+  __syncthreads();
+  bool fits = (H <= 5152);
+  if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+    for (int q = 0; q < (((B + 31) - (((int)threadIdx.x) >> 2)) >> 5); ++q) {
+      hy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = h0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + (((int)threadIdx.x) & 3))];
+      cy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = c0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * c0_s0)) + (((int)threadIdx.x) & 3))];
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    int tt = ((T - t) - 1);
+    int n = batch_sizes_ptr[((T - t) - 1)];
+    int p = max((T - max(t, 1)), 0);
+    int condval_1;
+    if (0 < t) {
+      condval_1 = min(n, batch_sizes_ptr[max((T - t), 0)]);
+    } else {
+      condval_1 = 0;
+    }
+    int m = condval_1;
+    for (int pass = 0; pass < ((n + 31) >> 5); ++pass) {
+      if (H <= 5152) {
+        acc_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[1] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[2] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int kg = 0; kg < ((H + 15) >> 4); ++kg) {
+          ushort condval_2;
+          if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            ushort condval_3;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                nv_bfloat16 v__1 = h_ptr[(min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              condval_3 = (*(ushort *)(&(v__1)));
+            } else {
+                nv_bfloat16 v__2 = h0_ptr[(min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              condval_3 = (*(ushort *)(&(v__2)));
+            }
+            condval_2 = condval_3;
+          } else {
+            condval_2 = (ushort)0;
+          }
+          ushort condval_4;
+          if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            ushort condval_5;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                nv_bfloat16 v__3 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              condval_5 = (*(ushort *)(&(v__3)));
+            } else {
+                nv_bfloat16 v__4 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              condval_5 = (*(ushort *)(&(v__4)));
+            }
+            condval_4 = condval_5;
+          } else {
+            condval_4 = (ushort)0;
+          }
+          frag_a_ptr[0] = (((uint)condval_2) | (((uint)condval_4) << (uint)16));
+          ushort condval_6;
+          if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            ushort condval_7;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                nv_bfloat16 v__5 = h_ptr[(min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              condval_7 = (*(ushort *)(&(v__5)));
+            } else {
+                nv_bfloat16 v__6 = h0_ptr[(min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              condval_7 = (*(ushort *)(&(v__6)));
+            }
+            condval_6 = condval_7;
+          } else {
+            condval_6 = (ushort)0;
+          }
+          ushort condval_8;
+          if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            ushort condval_9;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                nv_bfloat16 v__7 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              condval_9 = (*(ushort *)(&(v__7)));
+            } else {
+                nv_bfloat16 v__8 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              condval_9 = (*(ushort *)(&(v__8)));
+            }
+            condval_8 = condval_9;
+          } else {
+            condval_8 = (ushort)0;
+          }
+          frag_a_ptr[1] = (((uint)condval_6) | (((uint)condval_8) << (uint)16));
+          ushort condval_10;
+          if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            ushort condval_11;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                nv_bfloat16 v__9 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              condval_11 = (*(ushort *)(&(v__9)));
+            } else {
+                nv_bfloat16 v__10 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              condval_11 = (*(ushort *)(&(v__10)));
+            }
+            condval_10 = condval_11;
+          } else {
+            condval_10 = (ushort)0;
+          }
+          ushort condval_12;
+          if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            ushort condval_13;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                nv_bfloat16 v__11 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              condval_13 = (*(ushort *)(&(v__11)));
+            } else {
+                nv_bfloat16 v__12 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              condval_13 = (*(ushort *)(&(v__12)));
+            }
+            condval_12 = condval_13;
+          } else {
+            condval_12 = (ushort)0;
+          }
+          frag_a_ptr[2] = (((uint)condval_10) | (((uint)condval_12) << (uint)16));
+          ushort condval_14;
+          if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            ushort condval_15;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                nv_bfloat16 v__13 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              condval_15 = (*(ushort *)(&(v__13)));
+            } else {
+                nv_bfloat16 v__14 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              condval_15 = (*(ushort *)(&(v__14)));
+            }
+            condval_14 = condval_15;
+          } else {
+            condval_14 = (ushort)0;
+          }
+          ushort condval_16;
+          if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            ushort condval_17;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                nv_bfloat16 v__15 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              condval_17 = (*(ushort *)(&(v__15)));
+            } else {
+                nv_bfloat16 v__16 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              condval_17 = (*(ushort *)(&(v__16)));
+            }
+            condval_16 = condval_17;
+          } else {
+            condval_16 = (ushort)0;
+          }
+          frag_a_ptr[3] = (((uint)condval_14) | (((uint)condval_16) << (uint)16));
+          ushort condval_18;
+          if (((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) {
+            condval_18 = w_shared_ptr[((min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) * 16) + ((((int)threadIdx.x) & 63) >> 2))];
+          } else {
+            condval_18 = (ushort)0;
+          }
+          ushort condval_19;
+          if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) {
+            condval_19 = w_shared_ptr[((min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) * 16) + ((((int)threadIdx.x) & 63) >> 2))];
+          } else {
+            condval_19 = (ushort)0;
+          }
+          frag_b_ptr[0] = (((uint)condval_18) | (((uint)condval_19) << (uint)16));
+          ushort condval_20;
+          if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) {
+            condval_20 = w_shared_ptr[((min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) * 16) + ((((int)threadIdx.x) & 63) >> 2))];
+          } else {
+            condval_20 = (ushort)0;
+          }
+          ushort condval_21;
+          if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) {
+            condval_21 = w_shared_ptr[((min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) * 16) + ((((int)threadIdx.x) & 63) >> 2))];
+          } else {
+            condval_21 = (ushort)0;
+          }
+          frag_b_ptr[1] = (((uint)condval_20) | (((uint)condval_21) << (uint)16));
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_ptr + 0))[0]), "=f"(((float *)(acc_ptr + 0))[1]), "=f"(((float *)(acc_ptr + 0))[2]), "=f"(((float *)(acc_ptr + 0))[3])
+      : "r"(((unsigned *)(frag_a_ptr + 0))[0]), "r"(((unsigned *)(frag_a_ptr + 0))[1]), "r"(((unsigned *)(frag_a_ptr + 0))[2]), "r"(((unsigned *)(frag_a_ptr + 0))[3]), "r"(((unsigned *)(frag_b_ptr + 0))[0]), "r"(((unsigned *)(frag_b_ptr + 0))[1]), "f"(((float *)(acc_ptr + 0))[0]), "f"(((float *)(acc_ptr + 0))[1]), "f"(((float *)(acc_ptr + 0))[2]), "f"(((float *)(acc_ptr + 0))[3]));
+  }
+        }
+        pre_ptr[(((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2))] = acc_ptr[0];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_ptr[1];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 128)] = acc_ptr[2];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 129)] = acc_ptr[3];
+      } else {
+        acc_ptr_1[0] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[1] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[2] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int kg_1 = 0; kg_1 < ((H + 15) >> 4); ++kg_1) {
+          ushort condval_22;
+          if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            ushort condval_23;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                nv_bfloat16 v__17 = h_ptr[(min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              condval_23 = (*(ushort *)(&(v__17)));
+            } else {
+                nv_bfloat16 v__18 = h0_ptr[(min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              condval_23 = (*(ushort *)(&(v__18)));
+            }
+            condval_22 = condval_23;
+          } else {
+            condval_22 = (ushort)0;
+          }
+          ushort condval_24;
+          if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            ushort condval_25;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                nv_bfloat16 v__19 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              condval_25 = (*(ushort *)(&(v__19)));
+            } else {
+                nv_bfloat16 v__20 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              condval_25 = (*(ushort *)(&(v__20)));
+            }
+            condval_24 = condval_25;
+          } else {
+            condval_24 = (ushort)0;
+          }
+          frag_a_ptr_1[0] = (((uint)condval_22) | (((uint)condval_24) << (uint)16));
+          ushort condval_26;
+          if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            ushort condval_27;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                nv_bfloat16 v__21 = h_ptr[(min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              condval_27 = (*(ushort *)(&(v__21)));
+            } else {
+                nv_bfloat16 v__22 = h0_ptr[(min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              condval_27 = (*(ushort *)(&(v__22)));
+            }
+            condval_26 = condval_27;
+          } else {
+            condval_26 = (ushort)0;
+          }
+          ushort condval_28;
+          if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            ushort condval_29;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                nv_bfloat16 v__23 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              condval_29 = (*(ushort *)(&(v__23)));
+            } else {
+                nv_bfloat16 v__24 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              condval_29 = (*(ushort *)(&(v__24)));
+            }
+            condval_28 = condval_29;
+          } else {
+            condval_28 = (ushort)0;
+          }
+          frag_a_ptr_1[1] = (((uint)condval_26) | (((uint)condval_28) << (uint)16));
+          ushort condval_30;
+          if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            ushort condval_31;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                nv_bfloat16 v__25 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              condval_31 = (*(ushort *)(&(v__25)));
+            } else {
+                nv_bfloat16 v__26 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              condval_31 = (*(ushort *)(&(v__26)));
+            }
+            condval_30 = condval_31;
+          } else {
+            condval_30 = (ushort)0;
+          }
+          ushort condval_32;
+          if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            ushort condval_33;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                nv_bfloat16 v__27 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              condval_33 = (*(ushort *)(&(v__27)));
+            } else {
+                nv_bfloat16 v__28 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              condval_33 = (*(ushort *)(&(v__28)));
+            }
+            condval_32 = condval_33;
+          } else {
+            condval_32 = (ushort)0;
+          }
+          frag_a_ptr_1[2] = (((uint)condval_30) | (((uint)condval_32) << (uint)16));
+          ushort condval_34;
+          if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            ushort condval_35;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                nv_bfloat16 v__29 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              condval_35 = (*(ushort *)(&(v__29)));
+            } else {
+                nv_bfloat16 v__30 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              condval_35 = (*(ushort *)(&(v__30)));
+            }
+            condval_34 = condval_35;
+          } else {
+            condval_34 = (ushort)0;
+          }
+          ushort condval_36;
+          if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            ushort condval_37;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                nv_bfloat16 v__31 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              condval_37 = (*(ushort *)(&(v__31)));
+            } else {
+                nv_bfloat16 v__32 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              condval_37 = (*(ushort *)(&(v__32)));
+            }
+            condval_36 = condval_37;
+          } else {
+            condval_36 = (ushort)0;
+          }
+          frag_a_ptr_1[3] = (((uint)condval_34) | (((uint)condval_36) << (uint)16));
+          ushort condval_38;
+          if (((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) {
+              nv_bfloat16 v__33 = w_hh_ptr[((min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + (((((int)threadIdx.x) & 63) >> 4) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + ((((int)threadIdx.x) & 15) >> 2)), (H - 1)) * w_hh_s1))];
+            condval_38 = (*(ushort *)(&(v__33)));
+          } else {
+            condval_38 = (ushort)0;
+          }
+          ushort condval_39;
+          if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) {
+              nv_bfloat16 v__34 = w_hh_ptr[((min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + (((((int)threadIdx.x) & 63) >> 4) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + ((((int)threadIdx.x) & 15) >> 2)), (H - 1)) * w_hh_s1))];
+            condval_39 = (*(ushort *)(&(v__34)));
+          } else {
+            condval_39 = (ushort)0;
+          }
+          frag_b_ptr_1[0] = (((uint)condval_38) | (((uint)condval_39) << (uint)16));
+          ushort condval_40;
+          if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) {
+              nv_bfloat16 v__35 = w_hh_ptr[((min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + (((((int)threadIdx.x) & 63) >> 4) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + ((((int)threadIdx.x) & 15) >> 2)), (H - 1)) * w_hh_s1))];
+            condval_40 = (*(ushort *)(&(v__35)));
+          } else {
+            condval_40 = (ushort)0;
+          }
+          ushort condval_41;
+          if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) {
+              nv_bfloat16 v__36 = w_hh_ptr[((min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + (((((int)threadIdx.x) & 63) >> 4) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + ((((int)threadIdx.x) & 15) >> 2)), (H - 1)) * w_hh_s1))];
+            condval_41 = (*(ushort *)(&(v__36)));
+          } else {
+            condval_41 = (ushort)0;
+          }
+          frag_b_ptr_1[1] = (((uint)condval_40) | (((uint)condval_41) << (uint)16));
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_ptr_1 + 0))[0]), "=f"(((float *)(acc_ptr_1 + 0))[1]), "=f"(((float *)(acc_ptr_1 + 0))[2]), "=f"(((float *)(acc_ptr_1 + 0))[3])
+      : "r"(((unsigned *)(frag_a_ptr_1 + 0))[0]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[1]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[2]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[3]), "r"(((unsigned *)(frag_b_ptr_1 + 0))[0]), "r"(((unsigned *)(frag_b_ptr_1 + 0))[1]), "f"(((float *)(acc_ptr_1 + 0))[0]), "f"(((float *)(acc_ptr_1 + 0))[1]), "f"(((float *)(acc_ptr_1 + 0))[2]), "f"(((float *)(acc_ptr_1 + 0))[3]));
+  }
+        }
+        pre_ptr[(((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2))] = acc_ptr_1[0];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_ptr_1[1];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 128)] = acc_ptr_1[2];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 129)] = acc_ptr_1[3];
+      }
+      __syncthreads();
+      if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+        for (int q_1 = 0; q_1 < (max(((min((n - (pass * 32)), 32) + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_1) {
+              nv_bfloat16 v__37 = xw_ptr[((((((int)blockIdx.x) * 4) + (((T - t) - 1) * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__38 = ((uint)(*(ushort *)(&(v__37)))) << (uint)16;
+          v_ptr[0] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (pre_ptr[(((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3))] + (*(float *)(&(v__38))))))));
+              nv_bfloat16 v__39 = xw_ptr[(((((((int)blockIdx.x) * 4) + (((T - t) - 1) * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + xw_s2) + (((int)threadIdx.x) & 3))];
+            uint v__40 = ((uint)(*(ushort *)(&(v__39)))) << (uint)16;
+          v_ptr[1] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (pre_ptr[((((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3)) + 4)] + (*(float *)(&(v__40))))))));
+              nv_bfloat16 v__41 = xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__42 = ((uint)(*(ushort *)(&(v__41)))) << (uint)16;
+          v_ptr[2] = tanhf((pre_ptr[((((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3)) + 8)] + (*(float *)(&(v__42)))));
+              nv_bfloat16 v__43 = xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))];
+            uint v__44 = ((uint)(*(ushort *)(&(v__43)))) << (uint)16;
+          v_ptr[3] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (pre_ptr[((((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3)) + 12)] + (*(float *)(&(v__44))))))));
+              nv_bfloat16 v__45 = cy_ptr[(((((int)blockIdx.x) * 4) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))];
+            uint v__46 = ((uint)(*(ushort *)(&(v__45)))) << (uint)16;
+          v_ptr[4] = ((v_ptr[1] * (*(float *)(&(v__46)))) + (v_ptr[0] * v_ptr[2]));
+          v_ptr[5] = tanhf(v_ptr[4]);
+            float v__47 = v_ptr[4];
+          uint bits = (*(uint *)(&(v__47)));
+          if ((uint)2139095040 < (bits & (uint)2147483647)) {
+              ushort v__48 = (ushort)((bits | (uint)4194304) >> (uint)16);
+            cy_ptr[(((((int)blockIdx.x) * 4) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__48)));
+          } else {
+              ushort v__49 = (ushort)(((bits + ((bits >> (uint)16) & (uint)1)) + (uint)32767) >> (uint)16);
+            cy_ptr[(((((int)blockIdx.x) * 4) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__49)));
+          }
+            float v__50 = v_ptr[3] * v_ptr[5];
+          uint bits_1 = (*(uint *)(&(v__50)));
+          if ((uint)2139095040 < (bits_1 & (uint)2147483647)) {
+              ushort v__51 = (ushort)((bits_1 | (uint)4194304) >> (uint)16);
+            hy_ptr[(((((int)blockIdx.x) * 4) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__51)));
+          } else {
+              ushort v__52 = (ushort)(((bits_1 + ((bits_1 >> (uint)16) & (uint)1)) + (uint)32767) >> (uint)16);
+            hy_ptr[(((((int)blockIdx.x) * 4) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__52)));
+          }
+            float v__53 = v_ptr[3] * v_ptr[5];
+          uint bits_2 = (*(uint *)(&(v__53)));
+          if ((uint)2139095040 < (bits_2 & (uint)2147483647)) {
+              ushort v__54 = (ushort)((bits_2 | (uint)4194304) >> (uint)16);
+            h_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__54)));
+          } else {
+              ushort v__55 = (ushort)(((bits_2 + ((bits_2 >> (uint)16) & (uint)1)) + (uint)32767) >> (uint)16);
+            h_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = (*(nv_bfloat16 *)(&(v__55)));
+          }
+        }
+      }
+      __syncthreads();
+    }
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
       for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
         h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
       }

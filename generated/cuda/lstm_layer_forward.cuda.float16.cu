@@ -4,9 +4,13 @@
 // regenerate: fusedgrad generate --sources
 // fg_lstm_layer_forward_float16__none: variant {'train': False, 'reverse': False}, schedule rule LstmLayerForward
 // fg_lstm_layer_forward_float16__reverse: variant {'train': False, 'reverse': True}, schedule rule LstmLayerForward
+// fg_lstm_layer_forward_float16__reverse_tensor_cores: variant {'train': False, 'reverse': True, 'tensor_cores': True}, schedule rule LstmLayerForward
+// fg_lstm_layer_forward_float16__reverse_tensor_cores_train: variant {'train': True, 'reverse': True, 'tensor_cores': True}, schedule rule LstmLayerForward
 // fg_lstm_layer_forward_float16__reverse_train: variant {'train': True, 'reverse': True}, schedule rule LstmLayerForward
 // fg_lstm_layer_forward_float16__reverse_train_w_hh_global: variant {'train': True, 'reverse': True, 'w_hh_global': True}, schedule rule LstmLayerForward
 // fg_lstm_layer_forward_float16__reverse_w_hh_global: variant {'train': False, 'reverse': True, 'w_hh_global': True}, schedule rule LstmLayerForward
+// fg_lstm_layer_forward_float16__tensor_cores: variant {'train': False, 'reverse': False, 'tensor_cores': True}, schedule rule LstmLayerForward
+// fg_lstm_layer_forward_float16__tensor_cores_train: variant {'train': True, 'reverse': False, 'tensor_cores': True}, schedule rule LstmLayerForward
 // fg_lstm_layer_forward_float16__train: variant {'train': True, 'reverse': False}, schedule rule LstmLayerForward
 // fg_lstm_layer_forward_float16__train_w_hh_global: variant {'train': True, 'reverse': False, 'w_hh_global': True}, schedule rule LstmLayerForward
 // fg_lstm_layer_forward_float16__w_hh_global: variant {'train': False, 'reverse': False, 'w_hh_global': True}, schedule rule LstmLayerForward
@@ -147,6 +151,8 @@ __host__ __device__ half4 make_half4(__half x, __half y, __half z, __half w) {
     return half4(x, y, z, w);
 }
 
+#include <mma.h>
+
 #if (((__CUDACC_VER_MAJOR__ == 11) && (__CUDACC_VER_MINOR__ >= 4)) || \
      (__CUDACC_VER_MAJOR__ > 11))
 #define TVM_ENABLE_L2_PREFETCH 1
@@ -173,6 +179,10 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float16_
 extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float16__reverse_train_w_hh_global_kernel(int* __restrict__ batch_sizes_ptr, half* __restrict__ c_ptr, half* __restrict__ c0_ptr, half* __restrict__ cy_ptr, half* __restrict__ f_ptr, half* __restrict__ g_ptr, half* __restrict__ h_ptr, half* __restrict__ h0_ptr, half* __restrict__ hy_ptr, half* __restrict__ i_ptr, half* __restrict__ o_ptr, half* __restrict__ tanhc_ptr, half* __restrict__ w_hh_ptr, half* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
 extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float16__w_hh_global_kernel(int* __restrict__ batch_sizes_ptr, half* __restrict__ c0_ptr, half* __restrict__ cy_ptr, half* __restrict__ h_ptr, half* __restrict__ h0_ptr, half* __restrict__ hy_ptr, half* __restrict__ w_hh_ptr, half* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
 extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float16__reverse_w_hh_global_kernel(int* __restrict__ batch_sizes_ptr, half* __restrict__ c0_ptr, half* __restrict__ cy_ptr, half* __restrict__ h_ptr, half* __restrict__ h0_ptr, half* __restrict__ hy_ptr, half* __restrict__ w_hh_ptr, half* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
+extern "C" __global__ void __launch_bounds__(128, 1) fg_lstm_layer_forward_float16__tensor_cores_train_kernel(int* __restrict__ batch_sizes_ptr, half* __restrict__ c_ptr, half* __restrict__ c0_ptr, half* __restrict__ cy_ptr, half* __restrict__ f_ptr, half* __restrict__ g_ptr, half* __restrict__ h_ptr, half* __restrict__ h0_ptr, half* __restrict__ hy_ptr, half* __restrict__ i_ptr, half* __restrict__ o_ptr, half* __restrict__ tanhc_ptr, half* __restrict__ w_hh_ptr, half* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
+extern "C" __global__ void __launch_bounds__(128, 1) fg_lstm_layer_forward_float16__reverse_tensor_cores_train_kernel(int* __restrict__ batch_sizes_ptr, half* __restrict__ c_ptr, half* __restrict__ c0_ptr, half* __restrict__ cy_ptr, half* __restrict__ f_ptr, half* __restrict__ g_ptr, half* __restrict__ h_ptr, half* __restrict__ h0_ptr, half* __restrict__ hy_ptr, half* __restrict__ i_ptr, half* __restrict__ o_ptr, half* __restrict__ tanhc_ptr, half* __restrict__ w_hh_ptr, half* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
+extern "C" __global__ void __launch_bounds__(128, 1) fg_lstm_layer_forward_float16__tensor_cores_kernel(int* __restrict__ batch_sizes_ptr, half* __restrict__ c0_ptr, half* __restrict__ cy_ptr, half* __restrict__ h_ptr, half* __restrict__ h0_ptr, half* __restrict__ hy_ptr, half* __restrict__ w_hh_ptr, half* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
+extern "C" __global__ void __launch_bounds__(128, 1) fg_lstm_layer_forward_float16__reverse_tensor_cores_kernel(int* __restrict__ batch_sizes_ptr, half* __restrict__ c0_ptr, half* __restrict__ cy_ptr, half* __restrict__ h_ptr, half* __restrict__ h0_ptr, half* __restrict__ hy_ptr, half* __restrict__ w_hh_ptr, half* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
 extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float16__train_kernel(int* __restrict__ batch_sizes_ptr, half* __restrict__ c_ptr, half* __restrict__ c0_ptr, half* __restrict__ cy_ptr, half* __restrict__ f_ptr, half* __restrict__ g_ptr, half* __restrict__ h_ptr, half* __restrict__ h0_ptr, half* __restrict__ hy_ptr, half* __restrict__ i_ptr, half* __restrict__ o_ptr, half* __restrict__ tanhc_ptr, half* __restrict__ w_hh_ptr, half* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2) {
   extern __shared__ __align__(64) half w_shared_ptr[];
   alignas(64) float acc_ptr[4];
@@ -1004,6 +1014,8 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float16_
         o_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = ((half)v_ptr[3]);
         tanhc_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = ((half)v_ptr[5]);
       }
+    }
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
       for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
         h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
         c_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
@@ -1849,6 +1861,8 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float16_
         o_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = ((half)v_ptr[3]);
         tanhc_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = ((half)v_ptr[5]);
       }
+    }
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
       for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
         h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
         c_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
@@ -2688,6 +2702,8 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float16_
         hy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = ((half)(v_ptr[3] * v_ptr[5]));
         h_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = ((half)(v_ptr[3] * v_ptr[5]));
       }
+    }
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
       for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
         h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
       }
@@ -3521,6 +3537,8 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float16_
         hy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = ((half)(v_ptr[3] * v_ptr[5]));
         h_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = ((half)(v_ptr[3] * v_ptr[5]));
       }
+    }
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
       for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
         h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
       }
@@ -3692,6 +3710,8 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float16_
         o_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = ((half)v_ptr[3]);
         tanhc_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = ((half)v_ptr[5]);
       }
+    }
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
       for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
         h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
         c_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
@@ -3869,6 +3889,8 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float16_
         o_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = ((half)v_ptr[3]);
         tanhc_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = ((half)v_ptr[5]);
       }
+    }
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
       for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
         h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
         c_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
@@ -4040,6 +4062,8 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float16_
         hy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = ((half)(v_ptr[3] * v_ptr[5]));
         h_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = ((half)(v_ptr[3] * v_ptr[5]));
       }
+    }
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
       for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
         h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
       }
@@ -4205,6 +4229,1468 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float16_
         hy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = ((half)(v_ptr[3] * v_ptr[5]));
         h_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = ((half)(v_ptr[3] * v_ptr[5]));
       }
+    }
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+      for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
+        h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+      }
+    }
+    fg_grid_sync(((H + 3) >> 2));
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128, 1) fg_lstm_layer_forward_float16__tensor_cores_train_kernel(int* __restrict__ batch_sizes_ptr, half* __restrict__ c_ptr, half* __restrict__ c0_ptr, half* __restrict__ cy_ptr, half* __restrict__ f_ptr, half* __restrict__ g_ptr, half* __restrict__ h_ptr, half* __restrict__ h0_ptr, half* __restrict__ hy_ptr, half* __restrict__ i_ptr, half* __restrict__ o_ptr, half* __restrict__ tanhc_ptr, half* __restrict__ w_hh_ptr, half* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2) {
+  extern __shared__ __align__(64) half w_shared_ptr[];
+  __shared__ alignas(64) float pre_ptr[512];
+  alignas(64) float acc_ptr[4];
+  alignas(64) uint frag_a_ptr[4];
+  alignas(64) uint frag_b_ptr[2];
+  alignas(64) float acc_ptr_1[4];
+  alignas(64) uint frag_a_ptr_1[4];
+  alignas(64) uint frag_b_ptr_1[2];
+  alignas(64) float v_ptr[6];
+  if (H <= 5152) {
+    for (int e = 0; e < ((H + 7) >> 3); ++e) {
+      if (((e * 128) + ((int)threadIdx.x)) < (H * 16)) {
+        half condval;
+        if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+          condval = w_hh_ptr[((((e * 8) + (((int)threadIdx.x) >> 4)) + (((((int)threadIdx.x) & 15) >> 2) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)), (H - 1)) * w_hh_s1))];
+        } else {
+          condval = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        }
+        w_shared_ptr[((e * 128) + ((int)threadIdx.x))] = condval;
+      }
+    }
+  }
+  __syncthreads();
+  bool fits = (H <= 5152);
+  if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+    for (int q = 0; q < (((B + 31) - (((int)threadIdx.x) >> 2)) >> 5); ++q) {
+      hy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = h0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + (((int)threadIdx.x) & 3))];
+      cy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = c0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * c0_s0)) + (((int)threadIdx.x) & 3))];
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    int tt = t;
+    int n = batch_sizes_ptr[t];
+    int p = max((min(t, T) - 1), 0);
+    int condval_1;
+    if (0 < t) {
+      condval_1 = min(n, batch_sizes_ptr[(min(t, T) - 1)]);
+    } else {
+      condval_1 = 0;
+    }
+    int m = condval_1;
+    for (int pass = 0; pass < ((n + 31) >> 5); ++pass) {
+      if (H <= 5152) {
+        acc_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[1] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[2] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int kg = 0; kg < ((H + 15) >> 4); ++kg) {
+            half condval_2;
+            if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              half condval_3;
+              if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                condval_3 = h_ptr[(min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              } else {
+                condval_3 = h0_ptr[(min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              }
+              condval_2 = condval_3;
+            } else {
+              condval_2 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_4;
+            if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              half condval_5;
+              if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                condval_5 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              } else {
+                condval_5 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              }
+              condval_4 = condval_5;
+            } else {
+              condval_4 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr[0] = (((uint)(*(ushort *)(&(condval_2)))) | (((uint)(*(ushort *)(&(condval_4)))) << (uint)16));
+            half condval_6;
+            if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              half condval_7;
+              if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                condval_7 = h_ptr[(min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              } else {
+                condval_7 = h0_ptr[(min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              }
+              condval_6 = condval_7;
+            } else {
+              condval_6 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_8;
+            if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              half condval_9;
+              if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                condval_9 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              } else {
+                condval_9 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              }
+              condval_8 = condval_9;
+            } else {
+              condval_8 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr[1] = (((uint)(*(ushort *)(&(condval_6)))) | (((uint)(*(ushort *)(&(condval_8)))) << (uint)16));
+            half condval_10;
+            if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              half condval_11;
+              if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                condval_11 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              } else {
+                condval_11 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              }
+              condval_10 = condval_11;
+            } else {
+              condval_10 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_12;
+            if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              half condval_13;
+              if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                condval_13 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              } else {
+                condval_13 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              }
+              condval_12 = condval_13;
+            } else {
+              condval_12 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr[2] = (((uint)(*(ushort *)(&(condval_10)))) | (((uint)(*(ushort *)(&(condval_12)))) << (uint)16));
+            half condval_14;
+            if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              half condval_15;
+              if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                condval_15 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              } else {
+                condval_15 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              }
+              condval_14 = condval_15;
+            } else {
+              condval_14 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_16;
+            if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              half condval_17;
+              if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                condval_17 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              } else {
+                condval_17 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              }
+              condval_16 = condval_17;
+            } else {
+              condval_16 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr[3] = (((uint)(*(ushort *)(&(condval_14)))) | (((uint)(*(ushort *)(&(condval_16)))) << (uint)16));
+            half condval_18;
+            if (((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) {
+              condval_18 = w_shared_ptr[((min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) * 16) + ((((int)threadIdx.x) & 63) >> 2))];
+            } else {
+              condval_18 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_19;
+            if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) {
+              condval_19 = w_shared_ptr[((min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) * 16) + ((((int)threadIdx.x) & 63) >> 2))];
+            } else {
+              condval_19 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_b_ptr[0] = (((uint)(*(ushort *)(&(condval_18)))) | (((uint)(*(ushort *)(&(condval_19)))) << (uint)16));
+            half condval_20;
+            if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) {
+              condval_20 = w_shared_ptr[((min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) * 16) + ((((int)threadIdx.x) & 63) >> 2))];
+            } else {
+              condval_20 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_21;
+            if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) {
+              condval_21 = w_shared_ptr[((min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) * 16) + ((((int)threadIdx.x) & 63) >> 2))];
+            } else {
+              condval_21 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_b_ptr[1] = (((uint)(*(ushort *)(&(condval_20)))) | (((uint)(*(ushort *)(&(condval_21)))) << (uint)16));
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_ptr + 0))[0]), "=f"(((float *)(acc_ptr + 0))[1]), "=f"(((float *)(acc_ptr + 0))[2]), "=f"(((float *)(acc_ptr + 0))[3])
+      : "r"(((unsigned *)(frag_a_ptr + 0))[0]), "r"(((unsigned *)(frag_a_ptr + 0))[1]), "r"(((unsigned *)(frag_a_ptr + 0))[2]), "r"(((unsigned *)(frag_a_ptr + 0))[3]), "r"(((unsigned *)(frag_b_ptr + 0))[0]), "r"(((unsigned *)(frag_b_ptr + 0))[1]), "f"(((float *)(acc_ptr + 0))[0]), "f"(((float *)(acc_ptr + 0))[1]), "f"(((float *)(acc_ptr + 0))[2]), "f"(((float *)(acc_ptr + 0))[3]));
+  }
+        }
+        pre_ptr[(((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2))] = acc_ptr[0];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_ptr[1];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 128)] = acc_ptr[2];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 129)] = acc_ptr[3];
+      } else {
+        acc_ptr_1[0] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[1] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[2] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int kg_1 = 0; kg_1 < ((H + 15) >> 4); ++kg_1) {
+            half condval_22;
+            if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              half condval_23;
+              if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                condval_23 = h_ptr[(min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              } else {
+                condval_23 = h0_ptr[(min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              }
+              condval_22 = condval_23;
+            } else {
+              condval_22 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_24;
+            if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              half condval_25;
+              if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                condval_25 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              } else {
+                condval_25 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              }
+              condval_24 = condval_25;
+            } else {
+              condval_24 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr_1[0] = (((uint)(*(ushort *)(&(condval_22)))) | (((uint)(*(ushort *)(&(condval_24)))) << (uint)16));
+            half condval_26;
+            if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              half condval_27;
+              if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                condval_27 = h_ptr[(min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              } else {
+                condval_27 = h0_ptr[(min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              }
+              condval_26 = condval_27;
+            } else {
+              condval_26 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_28;
+            if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              half condval_29;
+              if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                condval_29 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              } else {
+                condval_29 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              }
+              condval_28 = condval_29;
+            } else {
+              condval_28 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr_1[1] = (((uint)(*(ushort *)(&(condval_26)))) | (((uint)(*(ushort *)(&(condval_28)))) << (uint)16));
+            half condval_30;
+            if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              half condval_31;
+              if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                condval_31 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              } else {
+                condval_31 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              }
+              condval_30 = condval_31;
+            } else {
+              condval_30 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_32;
+            if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              half condval_33;
+              if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                condval_33 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              } else {
+                condval_33 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              }
+              condval_32 = condval_33;
+            } else {
+              condval_32 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr_1[2] = (((uint)(*(ushort *)(&(condval_30)))) | (((uint)(*(ushort *)(&(condval_32)))) << (uint)16));
+            half condval_34;
+            if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              half condval_35;
+              if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                condval_35 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              } else {
+                condval_35 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              }
+              condval_34 = condval_35;
+            } else {
+              condval_34 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_36;
+            if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              half condval_37;
+              if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                condval_37 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              } else {
+                condval_37 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              }
+              condval_36 = condval_37;
+            } else {
+              condval_36 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr_1[3] = (((uint)(*(ushort *)(&(condval_34)))) | (((uint)(*(ushort *)(&(condval_36)))) << (uint)16));
+            half condval_38;
+            if (((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) {
+              condval_38 = w_hh_ptr[((min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + (((((int)threadIdx.x) & 63) >> 4) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + ((((int)threadIdx.x) & 15) >> 2)), (H - 1)) * w_hh_s1))];
+            } else {
+              condval_38 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_39;
+            if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) {
+              condval_39 = w_hh_ptr[((min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + (((((int)threadIdx.x) & 63) >> 4) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + ((((int)threadIdx.x) & 15) >> 2)), (H - 1)) * w_hh_s1))];
+            } else {
+              condval_39 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_b_ptr_1[0] = (((uint)(*(ushort *)(&(condval_38)))) | (((uint)(*(ushort *)(&(condval_39)))) << (uint)16));
+            half condval_40;
+            if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) {
+              condval_40 = w_hh_ptr[((min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + (((((int)threadIdx.x) & 63) >> 4) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + ((((int)threadIdx.x) & 15) >> 2)), (H - 1)) * w_hh_s1))];
+            } else {
+              condval_40 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_41;
+            if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) {
+              condval_41 = w_hh_ptr[((min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + (((((int)threadIdx.x) & 63) >> 4) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + ((((int)threadIdx.x) & 15) >> 2)), (H - 1)) * w_hh_s1))];
+            } else {
+              condval_41 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_b_ptr_1[1] = (((uint)(*(ushort *)(&(condval_40)))) | (((uint)(*(ushort *)(&(condval_41)))) << (uint)16));
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_ptr_1 + 0))[0]), "=f"(((float *)(acc_ptr_1 + 0))[1]), "=f"(((float *)(acc_ptr_1 + 0))[2]), "=f"(((float *)(acc_ptr_1 + 0))[3])
+      : "r"(((unsigned *)(frag_a_ptr_1 + 0))[0]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[1]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[2]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[3]), "r"(((unsigned *)(frag_b_ptr_1 + 0))[0]), "r"(((unsigned *)(frag_b_ptr_1 + 0))[1]), "f"(((float *)(acc_ptr_1 + 0))[0]), "f"(((float *)(acc_ptr_1 + 0))[1]), "f"(((float *)(acc_ptr_1 + 0))[2]), "f"(((float *)(acc_ptr_1 + 0))[3]));
+  }
+        }
+        pre_ptr[(((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2))] = acc_ptr_1[0];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_ptr_1[1];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 128)] = acc_ptr_1[2];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 129)] = acc_ptr_1[3];
+      }
+      __syncthreads();
+      if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+        for (int q_1 = 0; q_1 < (max(((min((n - (pass * 32)), 32) + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_1) {
+          v_ptr[0] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (pre_ptr[(((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3))] + ((float)xw_ptr[((((((int)blockIdx.x) * 4) + (t * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))]))))));
+          v_ptr[1] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (pre_ptr[((((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3)) + 4)] + ((float)xw_ptr[(((((((int)blockIdx.x) * 4) + (t * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + xw_s2) + (((int)threadIdx.x) & 3))]))))));
+          v_ptr[2] = tanhf((pre_ptr[((((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3)) + 8)] + ((float)xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 2)) + (t * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))])));
+          v_ptr[3] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (pre_ptr[((((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3)) + 12)] + ((float)xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 3)) + (t * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))]))))));
+          v_ptr[4] = ((v_ptr[1] * ((float)cy_ptr[(((((int)blockIdx.x) * 4) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))])) + (v_ptr[0] * v_ptr[2]));
+          v_ptr[5] = tanhf(v_ptr[4]);
+          cy_ptr[(((((int)blockIdx.x) * 4) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = ((half)v_ptr[4]);
+          hy_ptr[(((((int)blockIdx.x) * 4) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = ((half)(v_ptr[3] * v_ptr[5]));
+          h_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = ((half)(v_ptr[3] * v_ptr[5]));
+          c_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = ((half)v_ptr[4]);
+          i_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = ((half)v_ptr[0]);
+          f_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = ((half)v_ptr[1]);
+          g_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = ((half)v_ptr[2]);
+          o_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = ((half)v_ptr[3]);
+          tanhc_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = ((half)v_ptr[5]);
+        }
+      }
+      __syncthreads();
+    }
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+      for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
+        h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        c_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        i_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        f_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        g_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        o_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        tanhc_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+      }
+    }
+    fg_grid_sync(((H + 3) >> 2));
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128, 1) fg_lstm_layer_forward_float16__reverse_tensor_cores_train_kernel(int* __restrict__ batch_sizes_ptr, half* __restrict__ c_ptr, half* __restrict__ c0_ptr, half* __restrict__ cy_ptr, half* __restrict__ f_ptr, half* __restrict__ g_ptr, half* __restrict__ h_ptr, half* __restrict__ h0_ptr, half* __restrict__ hy_ptr, half* __restrict__ i_ptr, half* __restrict__ o_ptr, half* __restrict__ tanhc_ptr, half* __restrict__ w_hh_ptr, half* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2) {
+  extern __shared__ __align__(64) half w_shared_ptr[];
+  __shared__ alignas(64) float pre_ptr[512];
+  alignas(64) float acc_ptr[4];
+  alignas(64) uint frag_a_ptr[4];
+  alignas(64) uint frag_b_ptr[2];
+  alignas(64) float acc_ptr_1[4];
+  alignas(64) uint frag_a_ptr_1[4];
+  alignas(64) uint frag_b_ptr_1[2];
+  alignas(64) float v_ptr[6];
+  if (H <= 5152) {
+    for (int e = 0; e < ((H + 7) >> 3); ++e) {
+      if (((e * 128) + ((int)threadIdx.x)) < (H * 16)) {
+        half condval;
+        if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+          condval = w_hh_ptr[((((e * 8) + (((int)threadIdx.x) >> 4)) + (((((int)threadIdx.x) & 15) >> 2) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)), (H - 1)) * w_hh_s1))];
+        } else {
+          condval = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        }
+        w_shared_ptr[((e * 128) + ((int)threadIdx.x))] = condval;
+      }
+    }
+  }
+  __syncthreads();
+  bool fits = (H <= 5152);
+  if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+    for (int q = 0; q < (((B + 31) - (((int)threadIdx.x) >> 2)) >> 5); ++q) {
+      hy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = h0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + (((int)threadIdx.x) & 3))];
+      cy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = c0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * c0_s0)) + (((int)threadIdx.x) & 3))];
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    int tt = ((T - t) - 1);
+    int n = batch_sizes_ptr[((T - t) - 1)];
+    int p = max((T - max(t, 1)), 0);
+    int condval_1;
+    if (0 < t) {
+      condval_1 = min(n, batch_sizes_ptr[max((T - t), 0)]);
+    } else {
+      condval_1 = 0;
+    }
+    int m = condval_1;
+    for (int pass = 0; pass < ((n + 31) >> 5); ++pass) {
+      if (H <= 5152) {
+        acc_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[1] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[2] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int kg = 0; kg < ((H + 15) >> 4); ++kg) {
+            half condval_2;
+            if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              half condval_3;
+              if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                condval_3 = h_ptr[(min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              } else {
+                condval_3 = h0_ptr[(min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              }
+              condval_2 = condval_3;
+            } else {
+              condval_2 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_4;
+            if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              half condval_5;
+              if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                condval_5 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              } else {
+                condval_5 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              }
+              condval_4 = condval_5;
+            } else {
+              condval_4 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr[0] = (((uint)(*(ushort *)(&(condval_2)))) | (((uint)(*(ushort *)(&(condval_4)))) << (uint)16));
+            half condval_6;
+            if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              half condval_7;
+              if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                condval_7 = h_ptr[(min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              } else {
+                condval_7 = h0_ptr[(min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              }
+              condval_6 = condval_7;
+            } else {
+              condval_6 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_8;
+            if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              half condval_9;
+              if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                condval_9 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              } else {
+                condval_9 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              }
+              condval_8 = condval_9;
+            } else {
+              condval_8 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr[1] = (((uint)(*(ushort *)(&(condval_6)))) | (((uint)(*(ushort *)(&(condval_8)))) << (uint)16));
+            half condval_10;
+            if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              half condval_11;
+              if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                condval_11 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              } else {
+                condval_11 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              }
+              condval_10 = condval_11;
+            } else {
+              condval_10 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_12;
+            if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              half condval_13;
+              if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                condval_13 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              } else {
+                condval_13 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              }
+              condval_12 = condval_13;
+            } else {
+              condval_12 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr[2] = (((uint)(*(ushort *)(&(condval_10)))) | (((uint)(*(ushort *)(&(condval_12)))) << (uint)16));
+            half condval_14;
+            if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              half condval_15;
+              if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                condval_15 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              } else {
+                condval_15 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              }
+              condval_14 = condval_15;
+            } else {
+              condval_14 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_16;
+            if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              half condval_17;
+              if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                condval_17 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              } else {
+                condval_17 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              }
+              condval_16 = condval_17;
+            } else {
+              condval_16 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr[3] = (((uint)(*(ushort *)(&(condval_14)))) | (((uint)(*(ushort *)(&(condval_16)))) << (uint)16));
+            half condval_18;
+            if (((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) {
+              condval_18 = w_shared_ptr[((min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) * 16) + ((((int)threadIdx.x) & 63) >> 2))];
+            } else {
+              condval_18 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_19;
+            if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) {
+              condval_19 = w_shared_ptr[((min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) * 16) + ((((int)threadIdx.x) & 63) >> 2))];
+            } else {
+              condval_19 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_b_ptr[0] = (((uint)(*(ushort *)(&(condval_18)))) | (((uint)(*(ushort *)(&(condval_19)))) << (uint)16));
+            half condval_20;
+            if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) {
+              condval_20 = w_shared_ptr[((min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) * 16) + ((((int)threadIdx.x) & 63) >> 2))];
+            } else {
+              condval_20 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_21;
+            if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) {
+              condval_21 = w_shared_ptr[((min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) * 16) + ((((int)threadIdx.x) & 63) >> 2))];
+            } else {
+              condval_21 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_b_ptr[1] = (((uint)(*(ushort *)(&(condval_20)))) | (((uint)(*(ushort *)(&(condval_21)))) << (uint)16));
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_ptr + 0))[0]), "=f"(((float *)(acc_ptr + 0))[1]), "=f"(((float *)(acc_ptr + 0))[2]), "=f"(((float *)(acc_ptr + 0))[3])
+      : "r"(((unsigned *)(frag_a_ptr + 0))[0]), "r"(((unsigned *)(frag_a_ptr + 0))[1]), "r"(((unsigned *)(frag_a_ptr + 0))[2]), "r"(((unsigned *)(frag_a_ptr + 0))[3]), "r"(((unsigned *)(frag_b_ptr + 0))[0]), "r"(((unsigned *)(frag_b_ptr + 0))[1]), "f"(((float *)(acc_ptr + 0))[0]), "f"(((float *)(acc_ptr + 0))[1]), "f"(((float *)(acc_ptr + 0))[2]), "f"(((float *)(acc_ptr + 0))[3]));
+  }
+        }
+        pre_ptr[(((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2))] = acc_ptr[0];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_ptr[1];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 128)] = acc_ptr[2];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 129)] = acc_ptr[3];
+      } else {
+        acc_ptr_1[0] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[1] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[2] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int kg_1 = 0; kg_1 < ((H + 15) >> 4); ++kg_1) {
+            half condval_22;
+            if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              half condval_23;
+              if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                condval_23 = h_ptr[(min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              } else {
+                condval_23 = h0_ptr[(min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              }
+              condval_22 = condval_23;
+            } else {
+              condval_22 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_24;
+            if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              half condval_25;
+              if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                condval_25 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              } else {
+                condval_25 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              }
+              condval_24 = condval_25;
+            } else {
+              condval_24 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr_1[0] = (((uint)(*(ushort *)(&(condval_22)))) | (((uint)(*(ushort *)(&(condval_24)))) << (uint)16));
+            half condval_26;
+            if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              half condval_27;
+              if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                condval_27 = h_ptr[(min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              } else {
+                condval_27 = h0_ptr[(min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              }
+              condval_26 = condval_27;
+            } else {
+              condval_26 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_28;
+            if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              half condval_29;
+              if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                condval_29 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              } else {
+                condval_29 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              }
+              condval_28 = condval_29;
+            } else {
+              condval_28 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr_1[1] = (((uint)(*(ushort *)(&(condval_26)))) | (((uint)(*(ushort *)(&(condval_28)))) << (uint)16));
+            half condval_30;
+            if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              half condval_31;
+              if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                condval_31 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              } else {
+                condval_31 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              }
+              condval_30 = condval_31;
+            } else {
+              condval_30 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_32;
+            if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              half condval_33;
+              if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                condval_33 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              } else {
+                condval_33 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              }
+              condval_32 = condval_33;
+            } else {
+              condval_32 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr_1[2] = (((uint)(*(ushort *)(&(condval_30)))) | (((uint)(*(ushort *)(&(condval_32)))) << (uint)16));
+            half condval_34;
+            if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              half condval_35;
+              if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                condval_35 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              } else {
+                condval_35 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              }
+              condval_34 = condval_35;
+            } else {
+              condval_34 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_36;
+            if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              half condval_37;
+              if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                condval_37 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              } else {
+                condval_37 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              }
+              condval_36 = condval_37;
+            } else {
+              condval_36 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr_1[3] = (((uint)(*(ushort *)(&(condval_34)))) | (((uint)(*(ushort *)(&(condval_36)))) << (uint)16));
+            half condval_38;
+            if (((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) {
+              condval_38 = w_hh_ptr[((min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + (((((int)threadIdx.x) & 63) >> 4) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + ((((int)threadIdx.x) & 15) >> 2)), (H - 1)) * w_hh_s1))];
+            } else {
+              condval_38 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_39;
+            if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) {
+              condval_39 = w_hh_ptr[((min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + (((((int)threadIdx.x) & 63) >> 4) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + ((((int)threadIdx.x) & 15) >> 2)), (H - 1)) * w_hh_s1))];
+            } else {
+              condval_39 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_b_ptr_1[0] = (((uint)(*(ushort *)(&(condval_38)))) | (((uint)(*(ushort *)(&(condval_39)))) << (uint)16));
+            half condval_40;
+            if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) {
+              condval_40 = w_hh_ptr[((min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + (((((int)threadIdx.x) & 63) >> 4) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + ((((int)threadIdx.x) & 15) >> 2)), (H - 1)) * w_hh_s1))];
+            } else {
+              condval_40 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_41;
+            if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) {
+              condval_41 = w_hh_ptr[((min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + (((((int)threadIdx.x) & 63) >> 4) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + ((((int)threadIdx.x) & 15) >> 2)), (H - 1)) * w_hh_s1))];
+            } else {
+              condval_41 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_b_ptr_1[1] = (((uint)(*(ushort *)(&(condval_40)))) | (((uint)(*(ushort *)(&(condval_41)))) << (uint)16));
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_ptr_1 + 0))[0]), "=f"(((float *)(acc_ptr_1 + 0))[1]), "=f"(((float *)(acc_ptr_1 + 0))[2]), "=f"(((float *)(acc_ptr_1 + 0))[3])
+      : "r"(((unsigned *)(frag_a_ptr_1 + 0))[0]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[1]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[2]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[3]), "r"(((unsigned *)(frag_b_ptr_1 + 0))[0]), "r"(((unsigned *)(frag_b_ptr_1 + 0))[1]), "f"(((float *)(acc_ptr_1 + 0))[0]), "f"(((float *)(acc_ptr_1 + 0))[1]), "f"(((float *)(acc_ptr_1 + 0))[2]), "f"(((float *)(acc_ptr_1 + 0))[3]));
+  }
+        }
+        pre_ptr[(((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2))] = acc_ptr_1[0];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_ptr_1[1];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 128)] = acc_ptr_1[2];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 129)] = acc_ptr_1[3];
+      }
+      __syncthreads();
+      if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+        for (int q_1 = 0; q_1 < (max(((min((n - (pass * 32)), 32) + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_1) {
+          v_ptr[0] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (pre_ptr[(((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3))] + ((float)xw_ptr[((((((int)blockIdx.x) * 4) + (((T - t) - 1) * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))]))))));
+          v_ptr[1] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (pre_ptr[((((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3)) + 4)] + ((float)xw_ptr[(((((((int)blockIdx.x) * 4) + (((T - t) - 1) * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + xw_s2) + (((int)threadIdx.x) & 3))]))))));
+          v_ptr[2] = tanhf((pre_ptr[((((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3)) + 8)] + ((float)xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))])));
+          v_ptr[3] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (pre_ptr[((((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3)) + 12)] + ((float)xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))]))))));
+          v_ptr[4] = ((v_ptr[1] * ((float)cy_ptr[(((((int)blockIdx.x) * 4) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))])) + (v_ptr[0] * v_ptr[2]));
+          v_ptr[5] = tanhf(v_ptr[4]);
+          cy_ptr[(((((int)blockIdx.x) * 4) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = ((half)v_ptr[4]);
+          hy_ptr[(((((int)blockIdx.x) * 4) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = ((half)(v_ptr[3] * v_ptr[5]));
+          h_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = ((half)(v_ptr[3] * v_ptr[5]));
+          c_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = ((half)v_ptr[4]);
+          i_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = ((half)v_ptr[0]);
+          f_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = ((half)v_ptr[1]);
+          g_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = ((half)v_ptr[2]);
+          o_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = ((half)v_ptr[3]);
+          tanhc_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = ((half)v_ptr[5]);
+        }
+      }
+      __syncthreads();
+    }
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+      for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
+        h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        c_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        i_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        f_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        g_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        o_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        tanhc_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+      }
+    }
+    fg_grid_sync(((H + 3) >> 2));
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128, 1) fg_lstm_layer_forward_float16__tensor_cores_kernel(int* __restrict__ batch_sizes_ptr, half* __restrict__ c0_ptr, half* __restrict__ cy_ptr, half* __restrict__ h_ptr, half* __restrict__ h0_ptr, half* __restrict__ hy_ptr, half* __restrict__ w_hh_ptr, half* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2) {
+  extern __shared__ __align__(64) half w_shared_ptr[];
+  __shared__ alignas(64) float pre_ptr[512];
+  alignas(64) float acc_ptr[4];
+  alignas(64) uint frag_a_ptr[4];
+  alignas(64) uint frag_b_ptr[2];
+  alignas(64) float acc_ptr_1[4];
+  alignas(64) uint frag_a_ptr_1[4];
+  alignas(64) uint frag_b_ptr_1[2];
+  alignas(64) float v_ptr[6];
+  if (H <= 5152) {
+    for (int e = 0; e < ((H + 7) >> 3); ++e) {
+      if (((e * 128) + ((int)threadIdx.x)) < (H * 16)) {
+        half condval;
+        if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+          condval = w_hh_ptr[((((e * 8) + (((int)threadIdx.x) >> 4)) + (((((int)threadIdx.x) & 15) >> 2) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)), (H - 1)) * w_hh_s1))];
+        } else {
+          condval = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        }
+        w_shared_ptr[((e * 128) + ((int)threadIdx.x))] = condval;
+      }
+    }
+  }
+  __syncthreads();
+  bool fits = (H <= 5152);
+  if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+    for (int q = 0; q < (((B + 31) - (((int)threadIdx.x) >> 2)) >> 5); ++q) {
+      hy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = h0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + (((int)threadIdx.x) & 3))];
+      cy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = c0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * c0_s0)) + (((int)threadIdx.x) & 3))];
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    int tt = t;
+    int n = batch_sizes_ptr[t];
+    int p = max((min(t, T) - 1), 0);
+    int condval_1;
+    if (0 < t) {
+      condval_1 = min(n, batch_sizes_ptr[(min(t, T) - 1)]);
+    } else {
+      condval_1 = 0;
+    }
+    int m = condval_1;
+    for (int pass = 0; pass < ((n + 31) >> 5); ++pass) {
+      if (H <= 5152) {
+        acc_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[1] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[2] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int kg = 0; kg < ((H + 15) >> 4); ++kg) {
+            half condval_2;
+            if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              half condval_3;
+              if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                condval_3 = h_ptr[(min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              } else {
+                condval_3 = h0_ptr[(min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              }
+              condval_2 = condval_3;
+            } else {
+              condval_2 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_4;
+            if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              half condval_5;
+              if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                condval_5 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              } else {
+                condval_5 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              }
+              condval_4 = condval_5;
+            } else {
+              condval_4 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr[0] = (((uint)(*(ushort *)(&(condval_2)))) | (((uint)(*(ushort *)(&(condval_4)))) << (uint)16));
+            half condval_6;
+            if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              half condval_7;
+              if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                condval_7 = h_ptr[(min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              } else {
+                condval_7 = h0_ptr[(min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              }
+              condval_6 = condval_7;
+            } else {
+              condval_6 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_8;
+            if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              half condval_9;
+              if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                condval_9 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              } else {
+                condval_9 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              }
+              condval_8 = condval_9;
+            } else {
+              condval_8 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr[1] = (((uint)(*(ushort *)(&(condval_6)))) | (((uint)(*(ushort *)(&(condval_8)))) << (uint)16));
+            half condval_10;
+            if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              half condval_11;
+              if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                condval_11 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              } else {
+                condval_11 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              }
+              condval_10 = condval_11;
+            } else {
+              condval_10 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_12;
+            if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              half condval_13;
+              if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                condval_13 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              } else {
+                condval_13 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              }
+              condval_12 = condval_13;
+            } else {
+              condval_12 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr[2] = (((uint)(*(ushort *)(&(condval_10)))) | (((uint)(*(ushort *)(&(condval_12)))) << (uint)16));
+            half condval_14;
+            if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              half condval_15;
+              if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                condval_15 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              } else {
+                condval_15 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              }
+              condval_14 = condval_15;
+            } else {
+              condval_14 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_16;
+            if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              half condval_17;
+              if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                condval_17 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              } else {
+                condval_17 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              }
+              condval_16 = condval_17;
+            } else {
+              condval_16 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr[3] = (((uint)(*(ushort *)(&(condval_14)))) | (((uint)(*(ushort *)(&(condval_16)))) << (uint)16));
+            half condval_18;
+            if (((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) {
+              condval_18 = w_shared_ptr[((min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) * 16) + ((((int)threadIdx.x) & 63) >> 2))];
+            } else {
+              condval_18 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_19;
+            if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) {
+              condval_19 = w_shared_ptr[((min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) * 16) + ((((int)threadIdx.x) & 63) >> 2))];
+            } else {
+              condval_19 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_b_ptr[0] = (((uint)(*(ushort *)(&(condval_18)))) | (((uint)(*(ushort *)(&(condval_19)))) << (uint)16));
+            half condval_20;
+            if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) {
+              condval_20 = w_shared_ptr[((min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) * 16) + ((((int)threadIdx.x) & 63) >> 2))];
+            } else {
+              condval_20 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_21;
+            if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) {
+              condval_21 = w_shared_ptr[((min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) * 16) + ((((int)threadIdx.x) & 63) >> 2))];
+            } else {
+              condval_21 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_b_ptr[1] = (((uint)(*(ushort *)(&(condval_20)))) | (((uint)(*(ushort *)(&(condval_21)))) << (uint)16));
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_ptr + 0))[0]), "=f"(((float *)(acc_ptr + 0))[1]), "=f"(((float *)(acc_ptr + 0))[2]), "=f"(((float *)(acc_ptr + 0))[3])
+      : "r"(((unsigned *)(frag_a_ptr + 0))[0]), "r"(((unsigned *)(frag_a_ptr + 0))[1]), "r"(((unsigned *)(frag_a_ptr + 0))[2]), "r"(((unsigned *)(frag_a_ptr + 0))[3]), "r"(((unsigned *)(frag_b_ptr + 0))[0]), "r"(((unsigned *)(frag_b_ptr + 0))[1]), "f"(((float *)(acc_ptr + 0))[0]), "f"(((float *)(acc_ptr + 0))[1]), "f"(((float *)(acc_ptr + 0))[2]), "f"(((float *)(acc_ptr + 0))[3]));
+  }
+        }
+        pre_ptr[(((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2))] = acc_ptr[0];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_ptr[1];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 128)] = acc_ptr[2];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 129)] = acc_ptr[3];
+      } else {
+        acc_ptr_1[0] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[1] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[2] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int kg_1 = 0; kg_1 < ((H + 15) >> 4); ++kg_1) {
+            half condval_22;
+            if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              half condval_23;
+              if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                condval_23 = h_ptr[(min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              } else {
+                condval_23 = h0_ptr[(min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              }
+              condval_22 = condval_23;
+            } else {
+              condval_22 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_24;
+            if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              half condval_25;
+              if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                condval_25 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              } else {
+                condval_25 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              }
+              condval_24 = condval_25;
+            } else {
+              condval_24 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr_1[0] = (((uint)(*(ushort *)(&(condval_22)))) | (((uint)(*(ushort *)(&(condval_24)))) << (uint)16));
+            half condval_26;
+            if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              half condval_27;
+              if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                condval_27 = h_ptr[(min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              } else {
+                condval_27 = h0_ptr[(min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              }
+              condval_26 = condval_27;
+            } else {
+              condval_26 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_28;
+            if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              half condval_29;
+              if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                condval_29 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              } else {
+                condval_29 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              }
+              condval_28 = condval_29;
+            } else {
+              condval_28 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr_1[1] = (((uint)(*(ushort *)(&(condval_26)))) | (((uint)(*(ushort *)(&(condval_28)))) << (uint)16));
+            half condval_30;
+            if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              half condval_31;
+              if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                condval_31 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              } else {
+                condval_31 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              }
+              condval_30 = condval_31;
+            } else {
+              condval_30 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_32;
+            if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              half condval_33;
+              if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                condval_33 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              } else {
+                condval_33 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              }
+              condval_32 = condval_33;
+            } else {
+              condval_32 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr_1[2] = (((uint)(*(ushort *)(&(condval_30)))) | (((uint)(*(ushort *)(&(condval_32)))) << (uint)16));
+            half condval_34;
+            if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              half condval_35;
+              if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                condval_35 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              } else {
+                condval_35 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              }
+              condval_34 = condval_35;
+            } else {
+              condval_34 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_36;
+            if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              half condval_37;
+              if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                condval_37 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+              } else {
+                condval_37 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              }
+              condval_36 = condval_37;
+            } else {
+              condval_36 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr_1[3] = (((uint)(*(ushort *)(&(condval_34)))) | (((uint)(*(ushort *)(&(condval_36)))) << (uint)16));
+            half condval_38;
+            if (((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) {
+              condval_38 = w_hh_ptr[((min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + (((((int)threadIdx.x) & 63) >> 4) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + ((((int)threadIdx.x) & 15) >> 2)), (H - 1)) * w_hh_s1))];
+            } else {
+              condval_38 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_39;
+            if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) {
+              condval_39 = w_hh_ptr[((min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + (((((int)threadIdx.x) & 63) >> 4) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + ((((int)threadIdx.x) & 15) >> 2)), (H - 1)) * w_hh_s1))];
+            } else {
+              condval_39 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_b_ptr_1[0] = (((uint)(*(ushort *)(&(condval_38)))) | (((uint)(*(ushort *)(&(condval_39)))) << (uint)16));
+            half condval_40;
+            if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) {
+              condval_40 = w_hh_ptr[((min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + (((((int)threadIdx.x) & 63) >> 4) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + ((((int)threadIdx.x) & 15) >> 2)), (H - 1)) * w_hh_s1))];
+            } else {
+              condval_40 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_41;
+            if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) {
+              condval_41 = w_hh_ptr[((min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + (((((int)threadIdx.x) & 63) >> 4) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + ((((int)threadIdx.x) & 15) >> 2)), (H - 1)) * w_hh_s1))];
+            } else {
+              condval_41 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_b_ptr_1[1] = (((uint)(*(ushort *)(&(condval_40)))) | (((uint)(*(ushort *)(&(condval_41)))) << (uint)16));
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_ptr_1 + 0))[0]), "=f"(((float *)(acc_ptr_1 + 0))[1]), "=f"(((float *)(acc_ptr_1 + 0))[2]), "=f"(((float *)(acc_ptr_1 + 0))[3])
+      : "r"(((unsigned *)(frag_a_ptr_1 + 0))[0]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[1]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[2]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[3]), "r"(((unsigned *)(frag_b_ptr_1 + 0))[0]), "r"(((unsigned *)(frag_b_ptr_1 + 0))[1]), "f"(((float *)(acc_ptr_1 + 0))[0]), "f"(((float *)(acc_ptr_1 + 0))[1]), "f"(((float *)(acc_ptr_1 + 0))[2]), "f"(((float *)(acc_ptr_1 + 0))[3]));
+  }
+        }
+        pre_ptr[(((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2))] = acc_ptr_1[0];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_ptr_1[1];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 128)] = acc_ptr_1[2];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 129)] = acc_ptr_1[3];
+      }
+      __syncthreads();
+      if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+        for (int q_1 = 0; q_1 < (max(((min((n - (pass * 32)), 32) + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_1) {
+          v_ptr[0] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (pre_ptr[(((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3))] + ((float)xw_ptr[((((((int)blockIdx.x) * 4) + (t * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))]))))));
+          v_ptr[1] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (pre_ptr[((((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3)) + 4)] + ((float)xw_ptr[(((((((int)blockIdx.x) * 4) + (t * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + xw_s2) + (((int)threadIdx.x) & 3))]))))));
+          v_ptr[2] = tanhf((pre_ptr[((((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3)) + 8)] + ((float)xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 2)) + (t * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))])));
+          v_ptr[3] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (pre_ptr[((((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3)) + 12)] + ((float)xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 3)) + (t * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))]))))));
+          v_ptr[4] = ((v_ptr[1] * ((float)cy_ptr[(((((int)blockIdx.x) * 4) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))])) + (v_ptr[0] * v_ptr[2]));
+          v_ptr[5] = tanhf(v_ptr[4]);
+          cy_ptr[(((((int)blockIdx.x) * 4) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = ((half)v_ptr[4]);
+          hy_ptr[(((((int)blockIdx.x) * 4) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = ((half)(v_ptr[3] * v_ptr[5]));
+          h_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = ((half)(v_ptr[3] * v_ptr[5]));
+        }
+      }
+      __syncthreads();
+    }
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+      for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
+        h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+      }
+    }
+    fg_grid_sync(((H + 3) >> 2));
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128, 1) fg_lstm_layer_forward_float16__reverse_tensor_cores_kernel(int* __restrict__ batch_sizes_ptr, half* __restrict__ c0_ptr, half* __restrict__ cy_ptr, half* __restrict__ h_ptr, half* __restrict__ h0_ptr, half* __restrict__ hy_ptr, half* __restrict__ w_hh_ptr, half* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2) {
+  extern __shared__ __align__(64) half w_shared_ptr[];
+  __shared__ alignas(64) float pre_ptr[512];
+  alignas(64) float acc_ptr[4];
+  alignas(64) uint frag_a_ptr[4];
+  alignas(64) uint frag_b_ptr[2];
+  alignas(64) float acc_ptr_1[4];
+  alignas(64) uint frag_a_ptr_1[4];
+  alignas(64) uint frag_b_ptr_1[2];
+  alignas(64) float v_ptr[6];
+  if (H <= 5152) {
+    for (int e = 0; e < ((H + 7) >> 3); ++e) {
+      if (((e * 128) + ((int)threadIdx.x)) < (H * 16)) {
+        half condval;
+        if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+          condval = w_hh_ptr[((((e * 8) + (((int)threadIdx.x) >> 4)) + (((((int)threadIdx.x) & 15) >> 2) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)), (H - 1)) * w_hh_s1))];
+        } else {
+          condval = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+        }
+        w_shared_ptr[((e * 128) + ((int)threadIdx.x))] = condval;
+      }
+    }
+  }
+  __syncthreads();
+  bool fits = (H <= 5152);
+  if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+    for (int q = 0; q < (((B + 31) - (((int)threadIdx.x) >> 2)) >> 5); ++q) {
+      hy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = h0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + (((int)threadIdx.x) & 3))];
+      cy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = c0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * c0_s0)) + (((int)threadIdx.x) & 3))];
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    int tt = ((T - t) - 1);
+    int n = batch_sizes_ptr[((T - t) - 1)];
+    int p = max((T - max(t, 1)), 0);
+    int condval_1;
+    if (0 < t) {
+      condval_1 = min(n, batch_sizes_ptr[max((T - t), 0)]);
+    } else {
+      condval_1 = 0;
+    }
+    int m = condval_1;
+    for (int pass = 0; pass < ((n + 31) >> 5); ++pass) {
+      if (H <= 5152) {
+        acc_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[1] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[2] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int kg = 0; kg < ((H + 15) >> 4); ++kg) {
+            half condval_2;
+            if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              half condval_3;
+              if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                condval_3 = h_ptr[(min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              } else {
+                condval_3 = h0_ptr[(min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              }
+              condval_2 = condval_3;
+            } else {
+              condval_2 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_4;
+            if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              half condval_5;
+              if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                condval_5 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              } else {
+                condval_5 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              }
+              condval_4 = condval_5;
+            } else {
+              condval_4 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr[0] = (((uint)(*(ushort *)(&(condval_2)))) | (((uint)(*(ushort *)(&(condval_4)))) << (uint)16));
+            half condval_6;
+            if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              half condval_7;
+              if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                condval_7 = h_ptr[(min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              } else {
+                condval_7 = h0_ptr[(min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              }
+              condval_6 = condval_7;
+            } else {
+              condval_6 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_8;
+            if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              half condval_9;
+              if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                condval_9 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              } else {
+                condval_9 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              }
+              condval_8 = condval_9;
+            } else {
+              condval_8 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr[1] = (((uint)(*(ushort *)(&(condval_6)))) | (((uint)(*(ushort *)(&(condval_8)))) << (uint)16));
+            half condval_10;
+            if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              half condval_11;
+              if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                condval_11 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              } else {
+                condval_11 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              }
+              condval_10 = condval_11;
+            } else {
+              condval_10 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_12;
+            if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              half condval_13;
+              if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                condval_13 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              } else {
+                condval_13 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              }
+              condval_12 = condval_13;
+            } else {
+              condval_12 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr[2] = (((uint)(*(ushort *)(&(condval_10)))) | (((uint)(*(ushort *)(&(condval_12)))) << (uint)16));
+            half condval_14;
+            if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              half condval_15;
+              if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                condval_15 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              } else {
+                condval_15 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              }
+              condval_14 = condval_15;
+            } else {
+              condval_14 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_16;
+            if (((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              half condval_17;
+              if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                condval_17 = h_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              } else {
+                condval_17 = h0_ptr[(min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              }
+              condval_16 = condval_17;
+            } else {
+              condval_16 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr[3] = (((uint)(*(ushort *)(&(condval_14)))) | (((uint)(*(ushort *)(&(condval_16)))) << (uint)16));
+            half condval_18;
+            if (((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) {
+              condval_18 = w_shared_ptr[((min(((kg * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) * 16) + ((((int)threadIdx.x) & 63) >> 2))];
+            } else {
+              condval_18 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_19;
+            if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) {
+              condval_19 = w_shared_ptr[((min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) * 16) + ((((int)threadIdx.x) & 63) >> 2))];
+            } else {
+              condval_19 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_b_ptr[0] = (((uint)(*(ushort *)(&(condval_18)))) | (((uint)(*(ushort *)(&(condval_19)))) << (uint)16));
+            half condval_20;
+            if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) {
+              condval_20 = w_shared_ptr[((min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) * 16) + ((((int)threadIdx.x) & 63) >> 2))];
+            } else {
+              condval_20 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_21;
+            if ((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) {
+              condval_21 = w_shared_ptr[((min((((kg * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) * 16) + ((((int)threadIdx.x) & 63) >> 2))];
+            } else {
+              condval_21 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_b_ptr[1] = (((uint)(*(ushort *)(&(condval_20)))) | (((uint)(*(ushort *)(&(condval_21)))) << (uint)16));
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_ptr + 0))[0]), "=f"(((float *)(acc_ptr + 0))[1]), "=f"(((float *)(acc_ptr + 0))[2]), "=f"(((float *)(acc_ptr + 0))[3])
+      : "r"(((unsigned *)(frag_a_ptr + 0))[0]), "r"(((unsigned *)(frag_a_ptr + 0))[1]), "r"(((unsigned *)(frag_a_ptr + 0))[2]), "r"(((unsigned *)(frag_a_ptr + 0))[3]), "r"(((unsigned *)(frag_b_ptr + 0))[0]), "r"(((unsigned *)(frag_b_ptr + 0))[1]), "f"(((float *)(acc_ptr + 0))[0]), "f"(((float *)(acc_ptr + 0))[1]), "f"(((float *)(acc_ptr + 0))[2]), "f"(((float *)(acc_ptr + 0))[3]));
+  }
+        }
+        pre_ptr[(((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2))] = acc_ptr[0];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_ptr[1];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 128)] = acc_ptr[2];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 129)] = acc_ptr[3];
+      } else {
+        acc_ptr_1[0] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[1] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[2] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int kg_1 = 0; kg_1 < ((H + 15) >> 4); ++kg_1) {
+            half condval_22;
+            if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              half condval_23;
+              if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                condval_23 = h_ptr[(min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              } else {
+                condval_23 = h0_ptr[(min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              }
+              condval_22 = condval_23;
+            } else {
+              condval_22 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_24;
+            if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              half condval_25;
+              if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                condval_25 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              } else {
+                condval_25 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              }
+              condval_24 = condval_25;
+            } else {
+              condval_24 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr_1[0] = (((uint)(*(ushort *)(&(condval_22)))) | (((uint)(*(ushort *)(&(condval_24)))) << (uint)16));
+            half condval_26;
+            if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              half condval_27;
+              if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                condval_27 = h_ptr[(min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              } else {
+                condval_27 = h0_ptr[(min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              }
+              condval_26 = condval_27;
+            } else {
+              condval_26 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_28;
+            if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              half condval_29;
+              if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                condval_29 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              } else {
+                condval_29 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              }
+              condval_28 = condval_29;
+            } else {
+              condval_28 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr_1[1] = (((uint)(*(ushort *)(&(condval_26)))) | (((uint)(*(ushort *)(&(condval_28)))) << (uint)16));
+            half condval_30;
+            if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              half condval_31;
+              if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                condval_31 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              } else {
+                condval_31 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              }
+              condval_30 = condval_31;
+            } else {
+              condval_30 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_32;
+            if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+              half condval_33;
+              if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+                condval_33 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              } else {
+                condval_33 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+              }
+              condval_32 = condval_33;
+            } else {
+              condval_32 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr_1[2] = (((uint)(*(ushort *)(&(condval_30)))) | (((uint)(*(ushort *)(&(condval_32)))) << (uint)16));
+            half condval_34;
+            if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              half condval_35;
+              if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                condval_35 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              } else {
+                condval_35 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              }
+              condval_34 = condval_35;
+            } else {
+              condval_34 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_36;
+            if (((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+              half condval_37;
+              if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+                condval_37 = h_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+              } else {
+                condval_37 = h0_ptr[(min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+              }
+              condval_36 = condval_37;
+            } else {
+              condval_36 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_a_ptr_1[3] = (((uint)(*(ushort *)(&(condval_34)))) | (((uint)(*(ushort *)(&(condval_36)))) << (uint)16));
+            half condval_38;
+            if (((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) < H) {
+              condval_38 = w_hh_ptr[((min(((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)), (H - 1)) + (((((int)threadIdx.x) & 63) >> 4) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + ((((int)threadIdx.x) & 15) >> 2)), (H - 1)) * w_hh_s1))];
+            } else {
+              condval_38 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_39;
+            if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1) < H) {
+              condval_39 = w_hh_ptr[((min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 1), (H - 1)) + (((((int)threadIdx.x) & 63) >> 4) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + ((((int)threadIdx.x) & 15) >> 2)), (H - 1)) * w_hh_s1))];
+            } else {
+              condval_39 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_b_ptr_1[0] = (((uint)(*(ushort *)(&(condval_38)))) | (((uint)(*(ushort *)(&(condval_39)))) << (uint)16));
+            half condval_40;
+            if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8) < H) {
+              condval_40 = w_hh_ptr[((min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 8), (H - 1)) + (((((int)threadIdx.x) & 63) >> 4) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + ((((int)threadIdx.x) & 15) >> 2)), (H - 1)) * w_hh_s1))];
+            } else {
+              condval_40 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+            half condval_41;
+            if ((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9) < H) {
+              condval_41 = w_hh_ptr[((min((((kg_1 * 16) + ((((int)threadIdx.x) & 3) * 2)) + 9), (H - 1)) + (((((int)threadIdx.x) & 63) >> 4) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + ((((int)threadIdx.x) & 15) >> 2)), (H - 1)) * w_hh_s1))];
+            } else {
+              condval_41 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+            }
+          frag_b_ptr_1[1] = (((uint)(*(ushort *)(&(condval_40)))) | (((uint)(*(ushort *)(&(condval_41)))) << (uint)16));
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_ptr_1 + 0))[0]), "=f"(((float *)(acc_ptr_1 + 0))[1]), "=f"(((float *)(acc_ptr_1 + 0))[2]), "=f"(((float *)(acc_ptr_1 + 0))[3])
+      : "r"(((unsigned *)(frag_a_ptr_1 + 0))[0]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[1]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[2]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[3]), "r"(((unsigned *)(frag_b_ptr_1 + 0))[0]), "r"(((unsigned *)(frag_b_ptr_1 + 0))[1]), "f"(((float *)(acc_ptr_1 + 0))[0]), "f"(((float *)(acc_ptr_1 + 0))[1]), "f"(((float *)(acc_ptr_1 + 0))[2]), "f"(((float *)(acc_ptr_1 + 0))[3]));
+  }
+        }
+        pre_ptr[(((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2))] = acc_ptr_1[0];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_ptr_1[1];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 128)] = acc_ptr_1[2];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 129)] = acc_ptr_1[3];
+      }
+      __syncthreads();
+      if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+        for (int q_1 = 0; q_1 < (max(((min((n - (pass * 32)), 32) + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_1) {
+          v_ptr[0] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (pre_ptr[(((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3))] + ((float)xw_ptr[((((((int)blockIdx.x) * 4) + (((T - t) - 1) * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))]))))));
+          v_ptr[1] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (pre_ptr[((((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3)) + 4)] + ((float)xw_ptr[(((((((int)blockIdx.x) * 4) + (((T - t) - 1) * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + xw_s2) + (((int)threadIdx.x) & 3))]))))));
+          v_ptr[2] = tanhf((pre_ptr[((((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3)) + 8)] + ((float)xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))])));
+          v_ptr[3] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (pre_ptr[((((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3)) + 12)] + ((float)xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))]))))));
+          v_ptr[4] = ((v_ptr[1] * ((float)cy_ptr[(((((int)blockIdx.x) * 4) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))])) + (v_ptr[0] * v_ptr[2]));
+          v_ptr[5] = tanhf(v_ptr[4]);
+          cy_ptr[(((((int)blockIdx.x) * 4) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = ((half)v_ptr[4]);
+          hy_ptr[(((((int)blockIdx.x) * 4) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = ((half)(v_ptr[3] * v_ptr[5]));
+          h_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = ((half)(v_ptr[3] * v_ptr[5]));
+        }
+      }
+      __syncthreads();
+    }
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
       for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
         h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
       }

@@ -4,9 +4,13 @@
 // regenerate: fusedgrad generate --sources
 // fg_lstm_layer_forward_float32__none: variant {'train': False, 'reverse': False}, schedule rule LstmLayerForward
 // fg_lstm_layer_forward_float32__reverse: variant {'train': False, 'reverse': True}, schedule rule LstmLayerForward
+// fg_lstm_layer_forward_float32__reverse_tensor_cores: variant {'train': False, 'reverse': True, 'tensor_cores': True}, schedule rule LstmLayerForward
+// fg_lstm_layer_forward_float32__reverse_tensor_cores_train: variant {'train': True, 'reverse': True, 'tensor_cores': True}, schedule rule LstmLayerForward
 // fg_lstm_layer_forward_float32__reverse_train: variant {'train': True, 'reverse': True}, schedule rule LstmLayerForward
 // fg_lstm_layer_forward_float32__reverse_train_w_hh_global: variant {'train': True, 'reverse': True, 'w_hh_global': True}, schedule rule LstmLayerForward
 // fg_lstm_layer_forward_float32__reverse_w_hh_global: variant {'train': False, 'reverse': True, 'w_hh_global': True}, schedule rule LstmLayerForward
+// fg_lstm_layer_forward_float32__tensor_cores: variant {'train': False, 'reverse': False, 'tensor_cores': True}, schedule rule LstmLayerForward
+// fg_lstm_layer_forward_float32__tensor_cores_train: variant {'train': True, 'reverse': False, 'tensor_cores': True}, schedule rule LstmLayerForward
 // fg_lstm_layer_forward_float32__train: variant {'train': True, 'reverse': False}, schedule rule LstmLayerForward
 // fg_lstm_layer_forward_float32__train_w_hh_global: variant {'train': True, 'reverse': False, 'w_hh_global': True}, schedule rule LstmLayerForward
 // fg_lstm_layer_forward_float32__w_hh_global: variant {'train': False, 'reverse': False, 'w_hh_global': True}, schedule rule LstmLayerForward
@@ -79,6 +83,8 @@ static __device__ __forceinline__ int fg_grid_sync(unsigned int blocks) {
   #include <cuda.h>
 #endif
 
+#include <mma.h>
+
 #if (((__CUDACC_VER_MAJOR__ == 11) && (__CUDACC_VER_MINOR__ >= 4)) || \
      (__CUDACC_VER_MAJOR__ > 11))
 #define TVM_ENABLE_L2_PREFETCH 1
@@ -105,6 +111,10 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
 extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32__reverse_train_w_hh_global_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
 extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32__w_hh_global_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
 extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32__reverse_w_hh_global_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
+extern "C" __global__ void __launch_bounds__(128, 1) fg_lstm_layer_forward_float32__tensor_cores_train_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
+extern "C" __global__ void __launch_bounds__(128, 1) fg_lstm_layer_forward_float32__reverse_tensor_cores_train_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
+extern "C" __global__ void __launch_bounds__(128, 1) fg_lstm_layer_forward_float32__tensor_cores_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
+extern "C" __global__ void __launch_bounds__(128, 1) fg_lstm_layer_forward_float32__reverse_tensor_cores_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
 extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32__train_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2) {
   extern __shared__ __align__(64) float w_shared_ptr[];
   alignas(64) float acc_ptr[4];
@@ -936,6 +946,8 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
         o_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[3];
         tanhc_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[5];
       }
+    }
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
       for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
         h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
         c_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
@@ -1781,6 +1793,8 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
         o_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[3];
         tanhc_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[5];
       }
+    }
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
       for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
         h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
         c_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
@@ -2620,6 +2634,8 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
         hy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (v_ptr[3] * v_ptr[5]);
         h_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = (v_ptr[3] * v_ptr[5]);
       }
+    }
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
       for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
         h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
       }
@@ -3453,6 +3469,8 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
         hy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (v_ptr[3] * v_ptr[5]);
         h_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = (v_ptr[3] * v_ptr[5]);
       }
+    }
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
       for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
         h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
       }
@@ -3624,6 +3642,8 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
         o_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[3];
         tanhc_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[5];
       }
+    }
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
       for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
         h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
         c_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
@@ -3801,6 +3821,8 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
         o_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[3];
         tanhc_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[5];
       }
+    }
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
       for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
         h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
         c_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
@@ -3972,6 +3994,8 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
         hy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (v_ptr[3] * v_ptr[5]);
         h_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = (v_ptr[3] * v_ptr[5]);
       }
+    }
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
       for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
         h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
       }
@@ -4137,6 +4161,1076 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
         hy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (v_ptr[3] * v_ptr[5]);
         h_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = (v_ptr[3] * v_ptr[5]);
       }
+    }
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+      for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
+        h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+      }
+    }
+    fg_grid_sync(((H + 3) >> 2));
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128, 1) fg_lstm_layer_forward_float32__tensor_cores_train_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2) {
+  extern __shared__ __align__(64) float w_shared_ptr[];
+  __shared__ alignas(64) float pre_ptr[512];
+  alignas(64) float acc_ptr[4];
+  alignas(64) uint frag_a_ptr[4];
+  alignas(64) uint frag_b_ptr[2];
+  alignas(64) float acc_ptr_1[4];
+  alignas(64) uint frag_a_ptr_1[4];
+  alignas(64) uint frag_b_ptr_1[2];
+  alignas(64) float v_ptr[6];
+  if (H <= 2576) {
+    for (int e = 0; e < ((H + 7) >> 3); ++e) {
+      if (((e * 128) + ((int)threadIdx.x)) < (H * 16)) {
+        float condval;
+        if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+          condval = w_hh_ptr[((((e * 8) + (((int)threadIdx.x) >> 4)) + (((((int)threadIdx.x) & 15) >> 2) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)), (H - 1)) * w_hh_s1))];
+        } else {
+          condval = 0x0p+0f/*0.000000e+00*/;
+        }
+        float condval_1;
+        if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+          condval_1 = w_hh_ptr[((((e * 8) + (((int)threadIdx.x) >> 4)) + (((((int)threadIdx.x) & 15) >> 2) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)), (H - 1)) * w_hh_s1))];
+        } else {
+          condval_1 = 0x0p+0f/*0.000000e+00*/;
+        }
+        float condval_2;
+        if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+          condval_2 = w_hh_ptr[((((e * 8) + (((int)threadIdx.x) >> 4)) + (((((int)threadIdx.x) & 15) >> 2) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)), (H - 1)) * w_hh_s1))];
+        } else {
+          condval_2 = 0x0p+0f/*0.000000e+00*/;
+        }
+        w_shared_ptr[((e * 128) + ((int)threadIdx.x))] = __uint_as_float((((__float_as_uint(condval) | (((uint)((uint)2139095040 < (__float_as_uint(condval_1) & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (__float_as_uint(condval_2) & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104));
+      }
+    }
+  }
+  __syncthreads();
+  bool fits = (H <= 2576);
+  if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+    for (int q = 0; q < (((B + 31) - (((int)threadIdx.x) >> 2)) >> 5); ++q) {
+      hy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = h0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + (((int)threadIdx.x) & 3))];
+      cy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = c0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * c0_s0)) + (((int)threadIdx.x) & 3))];
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    int tt = t;
+    int n = batch_sizes_ptr[t];
+    int p = max((min(t, T) - 1), 0);
+    int condval_3;
+    if (0 < t) {
+      condval_3 = min(n, batch_sizes_ptr[(min(t, T) - 1)]);
+    } else {
+      condval_3 = 0;
+    }
+    int m = condval_3;
+    for (int pass = 0; pass < ((n + 31) >> 5); ++pass) {
+      if (H <= 2576) {
+        acc_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[1] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[2] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int kg = 0; kg < ((H + 7) >> 3); ++kg) {
+          float condval_4;
+          if ((((kg * 8) + (((int)threadIdx.x) & 3)) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            float condval_5;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+              condval_5 = h_ptr[(min(((kg * 8) + (((int)threadIdx.x) & 3)), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+            } else {
+              condval_5 = h0_ptr[(min(((kg * 8) + (((int)threadIdx.x) & 3)), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+            }
+            condval_4 = condval_5;
+          } else {
+            condval_4 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored = __float_as_uint(condval_4);
+          frag_a_ptr[0] = (((stored | (((uint)((uint)2139095040 < (stored & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_6;
+          if ((((kg * 8) + (((int)threadIdx.x) & 3)) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            float condval_7;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+              condval_7 = h_ptr[(min(((kg * 8) + (((int)threadIdx.x) & 3)), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+            } else {
+              condval_7 = h0_ptr[(min(((kg * 8) + (((int)threadIdx.x) & 3)), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+            }
+            condval_6 = condval_7;
+          } else {
+            condval_6 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_1 = __float_as_uint(condval_6);
+          frag_a_ptr[1] = (((stored_1 | (((uint)((uint)2139095040 < (stored_1 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_1 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_8;
+          if (((((kg * 8) + (((int)threadIdx.x) & 3)) + 4) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            float condval_9;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+              condval_9 = h_ptr[(min((((kg * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+            } else {
+              condval_9 = h0_ptr[(min((((kg * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+            }
+            condval_8 = condval_9;
+          } else {
+            condval_8 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_2 = __float_as_uint(condval_8);
+          frag_a_ptr[2] = (((stored_2 | (((uint)((uint)2139095040 < (stored_2 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_2 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_10;
+          if (((((kg * 8) + (((int)threadIdx.x) & 3)) + 4) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            float condval_11;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+              condval_11 = h_ptr[(min((((kg * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+            } else {
+              condval_11 = h0_ptr[(min((((kg * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+            }
+            condval_10 = condval_11;
+          } else {
+            condval_10 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_3 = __float_as_uint(condval_10);
+          frag_a_ptr[3] = (((stored_3 | (((uint)((uint)2139095040 < (stored_3 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_3 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_12;
+          if (((kg * 8) + (((int)threadIdx.x) & 3)) < H) {
+            condval_12 = w_shared_ptr[((min(((kg * 8) + (((int)threadIdx.x) & 3)), (H - 1)) * 16) + ((((int)threadIdx.x) & 63) >> 2))];
+          } else {
+            condval_12 = 0x0p+0f/*0.000000e+00*/;
+          }
+          frag_b_ptr[0] = __float_as_uint(condval_12);
+          float condval_13;
+          if ((((kg * 8) + (((int)threadIdx.x) & 3)) + 4) < H) {
+            condval_13 = w_shared_ptr[((min((((kg * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) * 16) + ((((int)threadIdx.x) & 63) >> 2))];
+          } else {
+            condval_13 = 0x0p+0f/*0.000000e+00*/;
+          }
+          frag_b_ptr[1] = __float_as_uint(condval_13);
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_ptr + 0))[0]), "=f"(((float *)(acc_ptr + 0))[1]), "=f"(((float *)(acc_ptr + 0))[2]), "=f"(((float *)(acc_ptr + 0))[3])
+      : "r"(((unsigned *)(frag_a_ptr + 0))[0]), "r"(((unsigned *)(frag_a_ptr + 0))[1]), "r"(((unsigned *)(frag_a_ptr + 0))[2]), "r"(((unsigned *)(frag_a_ptr + 0))[3]), "r"(((unsigned *)(frag_b_ptr + 0))[0]), "r"(((unsigned *)(frag_b_ptr + 0))[1]), "f"(((float *)(acc_ptr + 0))[0]), "f"(((float *)(acc_ptr + 0))[1]), "f"(((float *)(acc_ptr + 0))[2]), "f"(((float *)(acc_ptr + 0))[3]));
+  }
+        }
+        pre_ptr[(((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2))] = acc_ptr[0];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_ptr[1];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 128)] = acc_ptr[2];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 129)] = acc_ptr[3];
+      } else {
+        acc_ptr_1[0] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[1] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[2] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int kg_1 = 0; kg_1 < ((H + 7) >> 3); ++kg_1) {
+          float condval_14;
+          if ((((kg_1 * 8) + (((int)threadIdx.x) & 3)) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            float condval_15;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+              condval_15 = h_ptr[(min(((kg_1 * 8) + (((int)threadIdx.x) & 3)), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+            } else {
+              condval_15 = h0_ptr[(min(((kg_1 * 8) + (((int)threadIdx.x) & 3)), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+            }
+            condval_14 = condval_15;
+          } else {
+            condval_14 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_4 = __float_as_uint(condval_14);
+          frag_a_ptr_1[0] = (((stored_4 | (((uint)((uint)2139095040 < (stored_4 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_4 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_16;
+          if ((((kg_1 * 8) + (((int)threadIdx.x) & 3)) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            float condval_17;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+              condval_17 = h_ptr[(min(((kg_1 * 8) + (((int)threadIdx.x) & 3)), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+            } else {
+              condval_17 = h0_ptr[(min(((kg_1 * 8) + (((int)threadIdx.x) & 3)), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+            }
+            condval_16 = condval_17;
+          } else {
+            condval_16 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_5 = __float_as_uint(condval_16);
+          frag_a_ptr_1[1] = (((stored_5 | (((uint)((uint)2139095040 < (stored_5 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_5 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_18;
+          if (((((kg_1 * 8) + (((int)threadIdx.x) & 3)) + 4) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            float condval_19;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+              condval_19 = h_ptr[(min((((kg_1 * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+            } else {
+              condval_19 = h0_ptr[(min((((kg_1 * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+            }
+            condval_18 = condval_19;
+          } else {
+            condval_18 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_6 = __float_as_uint(condval_18);
+          frag_a_ptr_1[2] = (((stored_6 | (((uint)((uint)2139095040 < (stored_6 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_6 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_20;
+          if (((((kg_1 * 8) + (((int)threadIdx.x) & 3)) + 4) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            float condval_21;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+              condval_21 = h_ptr[(min((((kg_1 * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+            } else {
+              condval_21 = h0_ptr[(min((((kg_1 * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+            }
+            condval_20 = condval_21;
+          } else {
+            condval_20 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_7 = __float_as_uint(condval_20);
+          frag_a_ptr_1[3] = (((stored_7 | (((uint)((uint)2139095040 < (stored_7 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_7 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_22;
+          if (((kg_1 * 8) + (((int)threadIdx.x) & 3)) < H) {
+            condval_22 = w_hh_ptr[((min(((kg_1 * 8) + (((int)threadIdx.x) & 3)), (H - 1)) + (((((int)threadIdx.x) & 63) >> 4) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + ((((int)threadIdx.x) & 15) >> 2)), (H - 1)) * w_hh_s1))];
+          } else {
+            condval_22 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_8 = __float_as_uint(condval_22);
+          frag_b_ptr_1[0] = (((stored_8 | (((uint)((uint)2139095040 < (stored_8 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_8 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_23;
+          if ((((kg_1 * 8) + (((int)threadIdx.x) & 3)) + 4) < H) {
+            condval_23 = w_hh_ptr[((min((((kg_1 * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) + (((((int)threadIdx.x) & 63) >> 4) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + ((((int)threadIdx.x) & 15) >> 2)), (H - 1)) * w_hh_s1))];
+          } else {
+            condval_23 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_9 = __float_as_uint(condval_23);
+          frag_b_ptr_1[1] = (((stored_9 | (((uint)((uint)2139095040 < (stored_9 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_9 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_ptr_1 + 0))[0]), "=f"(((float *)(acc_ptr_1 + 0))[1]), "=f"(((float *)(acc_ptr_1 + 0))[2]), "=f"(((float *)(acc_ptr_1 + 0))[3])
+      : "r"(((unsigned *)(frag_a_ptr_1 + 0))[0]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[1]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[2]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[3]), "r"(((unsigned *)(frag_b_ptr_1 + 0))[0]), "r"(((unsigned *)(frag_b_ptr_1 + 0))[1]), "f"(((float *)(acc_ptr_1 + 0))[0]), "f"(((float *)(acc_ptr_1 + 0))[1]), "f"(((float *)(acc_ptr_1 + 0))[2]), "f"(((float *)(acc_ptr_1 + 0))[3]));
+  }
+        }
+        pre_ptr[(((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2))] = acc_ptr_1[0];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_ptr_1[1];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 128)] = acc_ptr_1[2];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 129)] = acc_ptr_1[3];
+      }
+      __syncthreads();
+      if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+        for (int q_1 = 0; q_1 < (max(((min((n - (pass * 32)), 32) + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_1) {
+          v_ptr[0] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (pre_ptr[(((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3))] + xw_ptr[((((((int)blockIdx.x) * 4) + (t * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))])))));
+          v_ptr[1] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (pre_ptr[((((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3)) + 4)] + xw_ptr[(((((((int)blockIdx.x) * 4) + (t * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + xw_s2) + (((int)threadIdx.x) & 3))])))));
+          v_ptr[2] = tanhf((pre_ptr[((((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3)) + 8)] + xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 2)) + (t * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))]));
+          v_ptr[3] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (pre_ptr[((((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3)) + 12)] + xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 3)) + (t * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))])))));
+          v_ptr[4] = ((v_ptr[1] * cy_ptr[(((((int)blockIdx.x) * 4) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))]) + (v_ptr[0] * v_ptr[2]));
+          v_ptr[5] = tanhf(v_ptr[4]);
+          cy_ptr[(((((int)blockIdx.x) * 4) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[4];
+          hy_ptr[(((((int)blockIdx.x) * 4) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (v_ptr[3] * v_ptr[5]);
+          h_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = (v_ptr[3] * v_ptr[5]);
+          c_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[4];
+          i_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[0];
+          f_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[1];
+          g_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[2];
+          o_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[3];
+          tanhc_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[5];
+        }
+      }
+      __syncthreads();
+    }
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+      for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
+        h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        c_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        i_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        f_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        g_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        o_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        tanhc_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+      }
+    }
+    fg_grid_sync(((H + 3) >> 2));
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128, 1) fg_lstm_layer_forward_float32__reverse_tensor_cores_train_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2) {
+  extern __shared__ __align__(64) float w_shared_ptr[];
+  __shared__ alignas(64) float pre_ptr[512];
+  alignas(64) float acc_ptr[4];
+  alignas(64) uint frag_a_ptr[4];
+  alignas(64) uint frag_b_ptr[2];
+  alignas(64) float acc_ptr_1[4];
+  alignas(64) uint frag_a_ptr_1[4];
+  alignas(64) uint frag_b_ptr_1[2];
+  alignas(64) float v_ptr[6];
+  if (H <= 2576) {
+    for (int e = 0; e < ((H + 7) >> 3); ++e) {
+      if (((e * 128) + ((int)threadIdx.x)) < (H * 16)) {
+        float condval;
+        if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+          condval = w_hh_ptr[((((e * 8) + (((int)threadIdx.x) >> 4)) + (((((int)threadIdx.x) & 15) >> 2) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)), (H - 1)) * w_hh_s1))];
+        } else {
+          condval = 0x0p+0f/*0.000000e+00*/;
+        }
+        float condval_1;
+        if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+          condval_1 = w_hh_ptr[((((e * 8) + (((int)threadIdx.x) >> 4)) + (((((int)threadIdx.x) & 15) >> 2) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)), (H - 1)) * w_hh_s1))];
+        } else {
+          condval_1 = 0x0p+0f/*0.000000e+00*/;
+        }
+        float condval_2;
+        if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+          condval_2 = w_hh_ptr[((((e * 8) + (((int)threadIdx.x) >> 4)) + (((((int)threadIdx.x) & 15) >> 2) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)), (H - 1)) * w_hh_s1))];
+        } else {
+          condval_2 = 0x0p+0f/*0.000000e+00*/;
+        }
+        w_shared_ptr[((e * 128) + ((int)threadIdx.x))] = __uint_as_float((((__float_as_uint(condval) | (((uint)((uint)2139095040 < (__float_as_uint(condval_1) & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (__float_as_uint(condval_2) & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104));
+      }
+    }
+  }
+  __syncthreads();
+  bool fits = (H <= 2576);
+  if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+    for (int q = 0; q < (((B + 31) - (((int)threadIdx.x) >> 2)) >> 5); ++q) {
+      hy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = h0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + (((int)threadIdx.x) & 3))];
+      cy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = c0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * c0_s0)) + (((int)threadIdx.x) & 3))];
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    int tt = ((T - t) - 1);
+    int n = batch_sizes_ptr[((T - t) - 1)];
+    int p = max((T - max(t, 1)), 0);
+    int condval_3;
+    if (0 < t) {
+      condval_3 = min(n, batch_sizes_ptr[max((T - t), 0)]);
+    } else {
+      condval_3 = 0;
+    }
+    int m = condval_3;
+    for (int pass = 0; pass < ((n + 31) >> 5); ++pass) {
+      if (H <= 2576) {
+        acc_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[1] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[2] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int kg = 0; kg < ((H + 7) >> 3); ++kg) {
+          float condval_4;
+          if ((((kg * 8) + (((int)threadIdx.x) & 3)) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            float condval_5;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+              condval_5 = h_ptr[(min(((kg * 8) + (((int)threadIdx.x) & 3)), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+            } else {
+              condval_5 = h0_ptr[(min(((kg * 8) + (((int)threadIdx.x) & 3)), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+            }
+            condval_4 = condval_5;
+          } else {
+            condval_4 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored = __float_as_uint(condval_4);
+          frag_a_ptr[0] = (((stored | (((uint)((uint)2139095040 < (stored & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_6;
+          if ((((kg * 8) + (((int)threadIdx.x) & 3)) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            float condval_7;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+              condval_7 = h_ptr[(min(((kg * 8) + (((int)threadIdx.x) & 3)), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+            } else {
+              condval_7 = h0_ptr[(min(((kg * 8) + (((int)threadIdx.x) & 3)), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+            }
+            condval_6 = condval_7;
+          } else {
+            condval_6 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_1 = __float_as_uint(condval_6);
+          frag_a_ptr[1] = (((stored_1 | (((uint)((uint)2139095040 < (stored_1 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_1 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_8;
+          if (((((kg * 8) + (((int)threadIdx.x) & 3)) + 4) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            float condval_9;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+              condval_9 = h_ptr[(min((((kg * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+            } else {
+              condval_9 = h0_ptr[(min((((kg * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+            }
+            condval_8 = condval_9;
+          } else {
+            condval_8 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_2 = __float_as_uint(condval_8);
+          frag_a_ptr[2] = (((stored_2 | (((uint)((uint)2139095040 < (stored_2 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_2 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_10;
+          if (((((kg * 8) + (((int)threadIdx.x) & 3)) + 4) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            float condval_11;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+              condval_11 = h_ptr[(min((((kg * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+            } else {
+              condval_11 = h0_ptr[(min((((kg * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+            }
+            condval_10 = condval_11;
+          } else {
+            condval_10 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_3 = __float_as_uint(condval_10);
+          frag_a_ptr[3] = (((stored_3 | (((uint)((uint)2139095040 < (stored_3 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_3 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_12;
+          if (((kg * 8) + (((int)threadIdx.x) & 3)) < H) {
+            condval_12 = w_shared_ptr[((min(((kg * 8) + (((int)threadIdx.x) & 3)), (H - 1)) * 16) + ((((int)threadIdx.x) & 63) >> 2))];
+          } else {
+            condval_12 = 0x0p+0f/*0.000000e+00*/;
+          }
+          frag_b_ptr[0] = __float_as_uint(condval_12);
+          float condval_13;
+          if ((((kg * 8) + (((int)threadIdx.x) & 3)) + 4) < H) {
+            condval_13 = w_shared_ptr[((min((((kg * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) * 16) + ((((int)threadIdx.x) & 63) >> 2))];
+          } else {
+            condval_13 = 0x0p+0f/*0.000000e+00*/;
+          }
+          frag_b_ptr[1] = __float_as_uint(condval_13);
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_ptr + 0))[0]), "=f"(((float *)(acc_ptr + 0))[1]), "=f"(((float *)(acc_ptr + 0))[2]), "=f"(((float *)(acc_ptr + 0))[3])
+      : "r"(((unsigned *)(frag_a_ptr + 0))[0]), "r"(((unsigned *)(frag_a_ptr + 0))[1]), "r"(((unsigned *)(frag_a_ptr + 0))[2]), "r"(((unsigned *)(frag_a_ptr + 0))[3]), "r"(((unsigned *)(frag_b_ptr + 0))[0]), "r"(((unsigned *)(frag_b_ptr + 0))[1]), "f"(((float *)(acc_ptr + 0))[0]), "f"(((float *)(acc_ptr + 0))[1]), "f"(((float *)(acc_ptr + 0))[2]), "f"(((float *)(acc_ptr + 0))[3]));
+  }
+        }
+        pre_ptr[(((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2))] = acc_ptr[0];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_ptr[1];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 128)] = acc_ptr[2];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 129)] = acc_ptr[3];
+      } else {
+        acc_ptr_1[0] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[1] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[2] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int kg_1 = 0; kg_1 < ((H + 7) >> 3); ++kg_1) {
+          float condval_14;
+          if ((((kg_1 * 8) + (((int)threadIdx.x) & 3)) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            float condval_15;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+              condval_15 = h_ptr[(min(((kg_1 * 8) + (((int)threadIdx.x) & 3)), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+            } else {
+              condval_15 = h0_ptr[(min(((kg_1 * 8) + (((int)threadIdx.x) & 3)), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+            }
+            condval_14 = condval_15;
+          } else {
+            condval_14 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_4 = __float_as_uint(condval_14);
+          frag_a_ptr_1[0] = (((stored_4 | (((uint)((uint)2139095040 < (stored_4 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_4 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_16;
+          if ((((kg_1 * 8) + (((int)threadIdx.x) & 3)) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            float condval_17;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+              condval_17 = h_ptr[(min(((kg_1 * 8) + (((int)threadIdx.x) & 3)), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+            } else {
+              condval_17 = h0_ptr[(min(((kg_1 * 8) + (((int)threadIdx.x) & 3)), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+            }
+            condval_16 = condval_17;
+          } else {
+            condval_16 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_5 = __float_as_uint(condval_16);
+          frag_a_ptr_1[1] = (((stored_5 | (((uint)((uint)2139095040 < (stored_5 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_5 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_18;
+          if (((((kg_1 * 8) + (((int)threadIdx.x) & 3)) + 4) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            float condval_19;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+              condval_19 = h_ptr[(min((((kg_1 * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+            } else {
+              condval_19 = h0_ptr[(min((((kg_1 * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+            }
+            condval_18 = condval_19;
+          } else {
+            condval_18 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_6 = __float_as_uint(condval_18);
+          frag_a_ptr_1[2] = (((stored_6 | (((uint)((uint)2139095040 < (stored_6 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_6 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_20;
+          if (((((kg_1 * 8) + (((int)threadIdx.x) & 3)) + 4) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            float condval_21;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+              condval_21 = h_ptr[(min((((kg_1 * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+            } else {
+              condval_21 = h0_ptr[(min((((kg_1 * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+            }
+            condval_20 = condval_21;
+          } else {
+            condval_20 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_7 = __float_as_uint(condval_20);
+          frag_a_ptr_1[3] = (((stored_7 | (((uint)((uint)2139095040 < (stored_7 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_7 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_22;
+          if (((kg_1 * 8) + (((int)threadIdx.x) & 3)) < H) {
+            condval_22 = w_hh_ptr[((min(((kg_1 * 8) + (((int)threadIdx.x) & 3)), (H - 1)) + (((((int)threadIdx.x) & 63) >> 4) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + ((((int)threadIdx.x) & 15) >> 2)), (H - 1)) * w_hh_s1))];
+          } else {
+            condval_22 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_8 = __float_as_uint(condval_22);
+          frag_b_ptr_1[0] = (((stored_8 | (((uint)((uint)2139095040 < (stored_8 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_8 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_23;
+          if ((((kg_1 * 8) + (((int)threadIdx.x) & 3)) + 4) < H) {
+            condval_23 = w_hh_ptr[((min((((kg_1 * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) + (((((int)threadIdx.x) & 63) >> 4) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + ((((int)threadIdx.x) & 15) >> 2)), (H - 1)) * w_hh_s1))];
+          } else {
+            condval_23 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_9 = __float_as_uint(condval_23);
+          frag_b_ptr_1[1] = (((stored_9 | (((uint)((uint)2139095040 < (stored_9 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_9 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_ptr_1 + 0))[0]), "=f"(((float *)(acc_ptr_1 + 0))[1]), "=f"(((float *)(acc_ptr_1 + 0))[2]), "=f"(((float *)(acc_ptr_1 + 0))[3])
+      : "r"(((unsigned *)(frag_a_ptr_1 + 0))[0]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[1]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[2]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[3]), "r"(((unsigned *)(frag_b_ptr_1 + 0))[0]), "r"(((unsigned *)(frag_b_ptr_1 + 0))[1]), "f"(((float *)(acc_ptr_1 + 0))[0]), "f"(((float *)(acc_ptr_1 + 0))[1]), "f"(((float *)(acc_ptr_1 + 0))[2]), "f"(((float *)(acc_ptr_1 + 0))[3]));
+  }
+        }
+        pre_ptr[(((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2))] = acc_ptr_1[0];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_ptr_1[1];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 128)] = acc_ptr_1[2];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 129)] = acc_ptr_1[3];
+      }
+      __syncthreads();
+      if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+        for (int q_1 = 0; q_1 < (max(((min((n - (pass * 32)), 32) + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_1) {
+          v_ptr[0] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (pre_ptr[(((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3))] + xw_ptr[((((((int)blockIdx.x) * 4) + (((T - t) - 1) * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))])))));
+          v_ptr[1] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (pre_ptr[((((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3)) + 4)] + xw_ptr[(((((((int)blockIdx.x) * 4) + (((T - t) - 1) * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + xw_s2) + (((int)threadIdx.x) & 3))])))));
+          v_ptr[2] = tanhf((pre_ptr[((((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3)) + 8)] + xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))]));
+          v_ptr[3] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (pre_ptr[((((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3)) + 12)] + xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))])))));
+          v_ptr[4] = ((v_ptr[1] * cy_ptr[(((((int)blockIdx.x) * 4) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))]) + (v_ptr[0] * v_ptr[2]));
+          v_ptr[5] = tanhf(v_ptr[4]);
+          cy_ptr[(((((int)blockIdx.x) * 4) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[4];
+          hy_ptr[(((((int)blockIdx.x) * 4) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (v_ptr[3] * v_ptr[5]);
+          h_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = (v_ptr[3] * v_ptr[5]);
+          c_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[4];
+          i_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[0];
+          f_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[1];
+          g_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[2];
+          o_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[3];
+          tanhc_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[5];
+        }
+      }
+      __syncthreads();
+    }
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+      for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
+        h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        c_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        i_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        f_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        g_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        o_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        tanhc_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+      }
+    }
+    fg_grid_sync(((H + 3) >> 2));
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128, 1) fg_lstm_layer_forward_float32__tensor_cores_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2) {
+  extern __shared__ __align__(64) float w_shared_ptr[];
+  __shared__ alignas(64) float pre_ptr[512];
+  alignas(64) float acc_ptr[4];
+  alignas(64) uint frag_a_ptr[4];
+  alignas(64) uint frag_b_ptr[2];
+  alignas(64) float acc_ptr_1[4];
+  alignas(64) uint frag_a_ptr_1[4];
+  alignas(64) uint frag_b_ptr_1[2];
+  alignas(64) float v_ptr[6];
+  if (H <= 2576) {
+    for (int e = 0; e < ((H + 7) >> 3); ++e) {
+      if (((e * 128) + ((int)threadIdx.x)) < (H * 16)) {
+        float condval;
+        if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+          condval = w_hh_ptr[((((e * 8) + (((int)threadIdx.x) >> 4)) + (((((int)threadIdx.x) & 15) >> 2) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)), (H - 1)) * w_hh_s1))];
+        } else {
+          condval = 0x0p+0f/*0.000000e+00*/;
+        }
+        float condval_1;
+        if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+          condval_1 = w_hh_ptr[((((e * 8) + (((int)threadIdx.x) >> 4)) + (((((int)threadIdx.x) & 15) >> 2) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)), (H - 1)) * w_hh_s1))];
+        } else {
+          condval_1 = 0x0p+0f/*0.000000e+00*/;
+        }
+        float condval_2;
+        if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+          condval_2 = w_hh_ptr[((((e * 8) + (((int)threadIdx.x) >> 4)) + (((((int)threadIdx.x) & 15) >> 2) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)), (H - 1)) * w_hh_s1))];
+        } else {
+          condval_2 = 0x0p+0f/*0.000000e+00*/;
+        }
+        w_shared_ptr[((e * 128) + ((int)threadIdx.x))] = __uint_as_float((((__float_as_uint(condval) | (((uint)((uint)2139095040 < (__float_as_uint(condval_1) & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (__float_as_uint(condval_2) & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104));
+      }
+    }
+  }
+  __syncthreads();
+  bool fits = (H <= 2576);
+  if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+    for (int q = 0; q < (((B + 31) - (((int)threadIdx.x) >> 2)) >> 5); ++q) {
+      hy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = h0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + (((int)threadIdx.x) & 3))];
+      cy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = c0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * c0_s0)) + (((int)threadIdx.x) & 3))];
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    int tt = t;
+    int n = batch_sizes_ptr[t];
+    int p = max((min(t, T) - 1), 0);
+    int condval_3;
+    if (0 < t) {
+      condval_3 = min(n, batch_sizes_ptr[(min(t, T) - 1)]);
+    } else {
+      condval_3 = 0;
+    }
+    int m = condval_3;
+    for (int pass = 0; pass < ((n + 31) >> 5); ++pass) {
+      if (H <= 2576) {
+        acc_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[1] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[2] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int kg = 0; kg < ((H + 7) >> 3); ++kg) {
+          float condval_4;
+          if ((((kg * 8) + (((int)threadIdx.x) & 3)) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            float condval_5;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+              condval_5 = h_ptr[(min(((kg * 8) + (((int)threadIdx.x) & 3)), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+            } else {
+              condval_5 = h0_ptr[(min(((kg * 8) + (((int)threadIdx.x) & 3)), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+            }
+            condval_4 = condval_5;
+          } else {
+            condval_4 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored = __float_as_uint(condval_4);
+          frag_a_ptr[0] = (((stored | (((uint)((uint)2139095040 < (stored & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_6;
+          if ((((kg * 8) + (((int)threadIdx.x) & 3)) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            float condval_7;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+              condval_7 = h_ptr[(min(((kg * 8) + (((int)threadIdx.x) & 3)), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+            } else {
+              condval_7 = h0_ptr[(min(((kg * 8) + (((int)threadIdx.x) & 3)), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+            }
+            condval_6 = condval_7;
+          } else {
+            condval_6 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_1 = __float_as_uint(condval_6);
+          frag_a_ptr[1] = (((stored_1 | (((uint)((uint)2139095040 < (stored_1 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_1 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_8;
+          if (((((kg * 8) + (((int)threadIdx.x) & 3)) + 4) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            float condval_9;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+              condval_9 = h_ptr[(min((((kg * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+            } else {
+              condval_9 = h0_ptr[(min((((kg * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+            }
+            condval_8 = condval_9;
+          } else {
+            condval_8 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_2 = __float_as_uint(condval_8);
+          frag_a_ptr[2] = (((stored_2 | (((uint)((uint)2139095040 < (stored_2 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_2 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_10;
+          if (((((kg * 8) + (((int)threadIdx.x) & 3)) + 4) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            float condval_11;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+              condval_11 = h_ptr[(min((((kg * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+            } else {
+              condval_11 = h0_ptr[(min((((kg * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+            }
+            condval_10 = condval_11;
+          } else {
+            condval_10 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_3 = __float_as_uint(condval_10);
+          frag_a_ptr[3] = (((stored_3 | (((uint)((uint)2139095040 < (stored_3 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_3 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_12;
+          if (((kg * 8) + (((int)threadIdx.x) & 3)) < H) {
+            condval_12 = w_shared_ptr[((min(((kg * 8) + (((int)threadIdx.x) & 3)), (H - 1)) * 16) + ((((int)threadIdx.x) & 63) >> 2))];
+          } else {
+            condval_12 = 0x0p+0f/*0.000000e+00*/;
+          }
+          frag_b_ptr[0] = __float_as_uint(condval_12);
+          float condval_13;
+          if ((((kg * 8) + (((int)threadIdx.x) & 3)) + 4) < H) {
+            condval_13 = w_shared_ptr[((min((((kg * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) * 16) + ((((int)threadIdx.x) & 63) >> 2))];
+          } else {
+            condval_13 = 0x0p+0f/*0.000000e+00*/;
+          }
+          frag_b_ptr[1] = __float_as_uint(condval_13);
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_ptr + 0))[0]), "=f"(((float *)(acc_ptr + 0))[1]), "=f"(((float *)(acc_ptr + 0))[2]), "=f"(((float *)(acc_ptr + 0))[3])
+      : "r"(((unsigned *)(frag_a_ptr + 0))[0]), "r"(((unsigned *)(frag_a_ptr + 0))[1]), "r"(((unsigned *)(frag_a_ptr + 0))[2]), "r"(((unsigned *)(frag_a_ptr + 0))[3]), "r"(((unsigned *)(frag_b_ptr + 0))[0]), "r"(((unsigned *)(frag_b_ptr + 0))[1]), "f"(((float *)(acc_ptr + 0))[0]), "f"(((float *)(acc_ptr + 0))[1]), "f"(((float *)(acc_ptr + 0))[2]), "f"(((float *)(acc_ptr + 0))[3]));
+  }
+        }
+        pre_ptr[(((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2))] = acc_ptr[0];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_ptr[1];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 128)] = acc_ptr[2];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 129)] = acc_ptr[3];
+      } else {
+        acc_ptr_1[0] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[1] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[2] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int kg_1 = 0; kg_1 < ((H + 7) >> 3); ++kg_1) {
+          float condval_14;
+          if ((((kg_1 * 8) + (((int)threadIdx.x) & 3)) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            float condval_15;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+              condval_15 = h_ptr[(min(((kg_1 * 8) + (((int)threadIdx.x) & 3)), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+            } else {
+              condval_15 = h0_ptr[(min(((kg_1 * 8) + (((int)threadIdx.x) & 3)), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+            }
+            condval_14 = condval_15;
+          } else {
+            condval_14 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_4 = __float_as_uint(condval_14);
+          frag_a_ptr_1[0] = (((stored_4 | (((uint)((uint)2139095040 < (stored_4 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_4 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_16;
+          if ((((kg_1 * 8) + (((int)threadIdx.x) & 3)) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            float condval_17;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+              condval_17 = h_ptr[(min(((kg_1 * 8) + (((int)threadIdx.x) & 3)), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+            } else {
+              condval_17 = h0_ptr[(min(((kg_1 * 8) + (((int)threadIdx.x) & 3)), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+            }
+            condval_16 = condval_17;
+          } else {
+            condval_16 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_5 = __float_as_uint(condval_16);
+          frag_a_ptr_1[1] = (((stored_5 | (((uint)((uint)2139095040 < (stored_5 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_5 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_18;
+          if (((((kg_1 * 8) + (((int)threadIdx.x) & 3)) + 4) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            float condval_19;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+              condval_19 = h_ptr[(min((((kg_1 * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+            } else {
+              condval_19 = h0_ptr[(min((((kg_1 * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+            }
+            condval_18 = condval_19;
+          } else {
+            condval_18 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_6 = __float_as_uint(condval_18);
+          frag_a_ptr_1[2] = (((stored_6 | (((uint)((uint)2139095040 < (stored_6 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_6 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_20;
+          if (((((kg_1 * 8) + (((int)threadIdx.x) & 3)) + 4) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            float condval_21;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+              condval_21 = h_ptr[(min((((kg_1 * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((min(t, T) - 1), 0) * B)) * H))];
+            } else {
+              condval_21 = h0_ptr[(min((((kg_1 * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+            }
+            condval_20 = condval_21;
+          } else {
+            condval_20 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_7 = __float_as_uint(condval_20);
+          frag_a_ptr_1[3] = (((stored_7 | (((uint)((uint)2139095040 < (stored_7 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_7 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_22;
+          if (((kg_1 * 8) + (((int)threadIdx.x) & 3)) < H) {
+            condval_22 = w_hh_ptr[((min(((kg_1 * 8) + (((int)threadIdx.x) & 3)), (H - 1)) + (((((int)threadIdx.x) & 63) >> 4) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + ((((int)threadIdx.x) & 15) >> 2)), (H - 1)) * w_hh_s1))];
+          } else {
+            condval_22 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_8 = __float_as_uint(condval_22);
+          frag_b_ptr_1[0] = (((stored_8 | (((uint)((uint)2139095040 < (stored_8 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_8 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_23;
+          if ((((kg_1 * 8) + (((int)threadIdx.x) & 3)) + 4) < H) {
+            condval_23 = w_hh_ptr[((min((((kg_1 * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) + (((((int)threadIdx.x) & 63) >> 4) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + ((((int)threadIdx.x) & 15) >> 2)), (H - 1)) * w_hh_s1))];
+          } else {
+            condval_23 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_9 = __float_as_uint(condval_23);
+          frag_b_ptr_1[1] = (((stored_9 | (((uint)((uint)2139095040 < (stored_9 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_9 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_ptr_1 + 0))[0]), "=f"(((float *)(acc_ptr_1 + 0))[1]), "=f"(((float *)(acc_ptr_1 + 0))[2]), "=f"(((float *)(acc_ptr_1 + 0))[3])
+      : "r"(((unsigned *)(frag_a_ptr_1 + 0))[0]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[1]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[2]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[3]), "r"(((unsigned *)(frag_b_ptr_1 + 0))[0]), "r"(((unsigned *)(frag_b_ptr_1 + 0))[1]), "f"(((float *)(acc_ptr_1 + 0))[0]), "f"(((float *)(acc_ptr_1 + 0))[1]), "f"(((float *)(acc_ptr_1 + 0))[2]), "f"(((float *)(acc_ptr_1 + 0))[3]));
+  }
+        }
+        pre_ptr[(((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2))] = acc_ptr_1[0];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_ptr_1[1];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 128)] = acc_ptr_1[2];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 129)] = acc_ptr_1[3];
+      }
+      __syncthreads();
+      if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+        for (int q_1 = 0; q_1 < (max(((min((n - (pass * 32)), 32) + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_1) {
+          v_ptr[0] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (pre_ptr[(((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3))] + xw_ptr[((((((int)blockIdx.x) * 4) + (t * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))])))));
+          v_ptr[1] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (pre_ptr[((((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3)) + 4)] + xw_ptr[(((((((int)blockIdx.x) * 4) + (t * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + xw_s2) + (((int)threadIdx.x) & 3))])))));
+          v_ptr[2] = tanhf((pre_ptr[((((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3)) + 8)] + xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 2)) + (t * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))]));
+          v_ptr[3] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (pre_ptr[((((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3)) + 12)] + xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 3)) + (t * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))])))));
+          v_ptr[4] = ((v_ptr[1] * cy_ptr[(((((int)blockIdx.x) * 4) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))]) + (v_ptr[0] * v_ptr[2]));
+          v_ptr[5] = tanhf(v_ptr[4]);
+          cy_ptr[(((((int)blockIdx.x) * 4) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[4];
+          hy_ptr[(((((int)blockIdx.x) * 4) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (v_ptr[3] * v_ptr[5]);
+          h_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = (v_ptr[3] * v_ptr[5]);
+        }
+      }
+      __syncthreads();
+    }
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+      for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
+        h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+      }
+    }
+    fg_grid_sync(((H + 3) >> 2));
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128, 1) fg_lstm_layer_forward_float32__reverse_tensor_cores_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2) {
+  extern __shared__ __align__(64) float w_shared_ptr[];
+  __shared__ alignas(64) float pre_ptr[512];
+  alignas(64) float acc_ptr[4];
+  alignas(64) uint frag_a_ptr[4];
+  alignas(64) uint frag_b_ptr[2];
+  alignas(64) float acc_ptr_1[4];
+  alignas(64) uint frag_a_ptr_1[4];
+  alignas(64) uint frag_b_ptr_1[2];
+  alignas(64) float v_ptr[6];
+  if (H <= 2576) {
+    for (int e = 0; e < ((H + 7) >> 3); ++e) {
+      if (((e * 128) + ((int)threadIdx.x)) < (H * 16)) {
+        float condval;
+        if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+          condval = w_hh_ptr[((((e * 8) + (((int)threadIdx.x) >> 4)) + (((((int)threadIdx.x) & 15) >> 2) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)), (H - 1)) * w_hh_s1))];
+        } else {
+          condval = 0x0p+0f/*0.000000e+00*/;
+        }
+        float condval_1;
+        if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+          condval_1 = w_hh_ptr[((((e * 8) + (((int)threadIdx.x) >> 4)) + (((((int)threadIdx.x) & 15) >> 2) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)), (H - 1)) * w_hh_s1))];
+        } else {
+          condval_1 = 0x0p+0f/*0.000000e+00*/;
+        }
+        float condval_2;
+        if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+          condval_2 = w_hh_ptr[((((e * 8) + (((int)threadIdx.x) >> 4)) + (((((int)threadIdx.x) & 15) >> 2) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)), (H - 1)) * w_hh_s1))];
+        } else {
+          condval_2 = 0x0p+0f/*0.000000e+00*/;
+        }
+        w_shared_ptr[((e * 128) + ((int)threadIdx.x))] = __uint_as_float((((__float_as_uint(condval) | (((uint)((uint)2139095040 < (__float_as_uint(condval_1) & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (__float_as_uint(condval_2) & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104));
+      }
+    }
+  }
+  __syncthreads();
+  bool fits = (H <= 2576);
+  if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+    for (int q = 0; q < (((B + 31) - (((int)threadIdx.x) >> 2)) >> 5); ++q) {
+      hy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = h0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + (((int)threadIdx.x) & 3))];
+      cy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = c0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * c0_s0)) + (((int)threadIdx.x) & 3))];
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    int tt = ((T - t) - 1);
+    int n = batch_sizes_ptr[((T - t) - 1)];
+    int p = max((T - max(t, 1)), 0);
+    int condval_3;
+    if (0 < t) {
+      condval_3 = min(n, batch_sizes_ptr[max((T - t), 0)]);
+    } else {
+      condval_3 = 0;
+    }
+    int m = condval_3;
+    for (int pass = 0; pass < ((n + 31) >> 5); ++pass) {
+      if (H <= 2576) {
+        acc_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[1] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[2] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int kg = 0; kg < ((H + 7) >> 3); ++kg) {
+          float condval_4;
+          if ((((kg * 8) + (((int)threadIdx.x) & 3)) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            float condval_5;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+              condval_5 = h_ptr[(min(((kg * 8) + (((int)threadIdx.x) & 3)), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+            } else {
+              condval_5 = h0_ptr[(min(((kg * 8) + (((int)threadIdx.x) & 3)), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+            }
+            condval_4 = condval_5;
+          } else {
+            condval_4 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored = __float_as_uint(condval_4);
+          frag_a_ptr[0] = (((stored | (((uint)((uint)2139095040 < (stored & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_6;
+          if ((((kg * 8) + (((int)threadIdx.x) & 3)) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            float condval_7;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+              condval_7 = h_ptr[(min(((kg * 8) + (((int)threadIdx.x) & 3)), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+            } else {
+              condval_7 = h0_ptr[(min(((kg * 8) + (((int)threadIdx.x) & 3)), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+            }
+            condval_6 = condval_7;
+          } else {
+            condval_6 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_1 = __float_as_uint(condval_6);
+          frag_a_ptr[1] = (((stored_1 | (((uint)((uint)2139095040 < (stored_1 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_1 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_8;
+          if (((((kg * 8) + (((int)threadIdx.x) & 3)) + 4) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            float condval_9;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+              condval_9 = h_ptr[(min((((kg * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+            } else {
+              condval_9 = h0_ptr[(min((((kg * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+            }
+            condval_8 = condval_9;
+          } else {
+            condval_8 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_2 = __float_as_uint(condval_8);
+          frag_a_ptr[2] = (((stored_2 | (((uint)((uint)2139095040 < (stored_2 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_2 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_10;
+          if (((((kg * 8) + (((int)threadIdx.x) & 3)) + 4) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            float condval_11;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+              condval_11 = h_ptr[(min((((kg * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+            } else {
+              condval_11 = h0_ptr[(min((((kg * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+            }
+            condval_10 = condval_11;
+          } else {
+            condval_10 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_3 = __float_as_uint(condval_10);
+          frag_a_ptr[3] = (((stored_3 | (((uint)((uint)2139095040 < (stored_3 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_3 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_12;
+          if (((kg * 8) + (((int)threadIdx.x) & 3)) < H) {
+            condval_12 = w_shared_ptr[((min(((kg * 8) + (((int)threadIdx.x) & 3)), (H - 1)) * 16) + ((((int)threadIdx.x) & 63) >> 2))];
+          } else {
+            condval_12 = 0x0p+0f/*0.000000e+00*/;
+          }
+          frag_b_ptr[0] = __float_as_uint(condval_12);
+          float condval_13;
+          if ((((kg * 8) + (((int)threadIdx.x) & 3)) + 4) < H) {
+            condval_13 = w_shared_ptr[((min((((kg * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) * 16) + ((((int)threadIdx.x) & 63) >> 2))];
+          } else {
+            condval_13 = 0x0p+0f/*0.000000e+00*/;
+          }
+          frag_b_ptr[1] = __float_as_uint(condval_13);
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_ptr + 0))[0]), "=f"(((float *)(acc_ptr + 0))[1]), "=f"(((float *)(acc_ptr + 0))[2]), "=f"(((float *)(acc_ptr + 0))[3])
+      : "r"(((unsigned *)(frag_a_ptr + 0))[0]), "r"(((unsigned *)(frag_a_ptr + 0))[1]), "r"(((unsigned *)(frag_a_ptr + 0))[2]), "r"(((unsigned *)(frag_a_ptr + 0))[3]), "r"(((unsigned *)(frag_b_ptr + 0))[0]), "r"(((unsigned *)(frag_b_ptr + 0))[1]), "f"(((float *)(acc_ptr + 0))[0]), "f"(((float *)(acc_ptr + 0))[1]), "f"(((float *)(acc_ptr + 0))[2]), "f"(((float *)(acc_ptr + 0))[3]));
+  }
+        }
+        pre_ptr[(((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2))] = acc_ptr[0];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_ptr[1];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 128)] = acc_ptr[2];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 129)] = acc_ptr[3];
+      } else {
+        acc_ptr_1[0] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[1] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[2] = 0x0p+0f/*0.000000e+00*/;
+        acc_ptr_1[3] = 0x0p+0f/*0.000000e+00*/;
+        for (int kg_1 = 0; kg_1 < ((H + 7) >> 3); ++kg_1) {
+          float condval_14;
+          if ((((kg_1 * 8) + (((int)threadIdx.x) & 3)) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            float condval_15;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+              condval_15 = h_ptr[(min(((kg_1 * 8) + (((int)threadIdx.x) & 3)), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+            } else {
+              condval_15 = h0_ptr[(min(((kg_1 * 8) + (((int)threadIdx.x) & 3)), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+            }
+            condval_14 = condval_15;
+          } else {
+            condval_14 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_4 = __float_as_uint(condval_14);
+          frag_a_ptr_1[0] = (((stored_4 | (((uint)((uint)2139095040 < (stored_4 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_4 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_16;
+          if ((((kg_1 * 8) + (((int)threadIdx.x) & 3)) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            float condval_17;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+              condval_17 = h_ptr[(min(((kg_1 * 8) + (((int)threadIdx.x) & 3)), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+            } else {
+              condval_17 = h0_ptr[(min(((kg_1 * 8) + (((int)threadIdx.x) & 3)), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+            }
+            condval_16 = condval_17;
+          } else {
+            condval_16 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_5 = __float_as_uint(condval_16);
+          frag_a_ptr_1[1] = (((stored_5 | (((uint)((uint)2139095040 < (stored_5 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_5 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_18;
+          if (((((kg_1 * 8) + (((int)threadIdx.x) & 3)) + 4) < H) && ((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < n)) {
+            float condval_19;
+            if (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) < m) || (B <= m)) {
+              condval_19 = h_ptr[(min((((kg_1 * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) + ((min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+            } else {
+              condval_19 = h0_ptr[(min((((kg_1 * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) + (min((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)), (B - 1)) * h0_s0))];
+            }
+            condval_18 = condval_19;
+          } else {
+            condval_18 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_6 = __float_as_uint(condval_18);
+          frag_a_ptr_1[2] = (((stored_6 | (((uint)((uint)2139095040 < (stored_6 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_6 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_20;
+          if (((((kg_1 * 8) + (((int)threadIdx.x) & 3)) + 4) < H) && (((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < n)) {
+            float condval_21;
+            if ((((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8) < m) || (B <= m)) {
+              condval_21 = h_ptr[(min((((kg_1 * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) + ((min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) + (max((T - max(t, 1)), 0) * B)) * H))];
+            } else {
+              condval_21 = h0_ptr[(min((((kg_1 * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) + (min(((((pass * 32) + ((((int)threadIdx.x) >> 6) * 16)) + ((((int)threadIdx.x) & 31) >> 2)) + 8), (B - 1)) * h0_s0))];
+            }
+            condval_20 = condval_21;
+          } else {
+            condval_20 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_7 = __float_as_uint(condval_20);
+          frag_a_ptr_1[3] = (((stored_7 | (((uint)((uint)2139095040 < (stored_7 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_7 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_22;
+          if (((kg_1 * 8) + (((int)threadIdx.x) & 3)) < H) {
+            condval_22 = w_hh_ptr[((min(((kg_1 * 8) + (((int)threadIdx.x) & 3)), (H - 1)) + (((((int)threadIdx.x) & 63) >> 4) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + ((((int)threadIdx.x) & 15) >> 2)), (H - 1)) * w_hh_s1))];
+          } else {
+            condval_22 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_8 = __float_as_uint(condval_22);
+          frag_b_ptr_1[0] = (((stored_8 | (((uint)((uint)2139095040 < (stored_8 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_8 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+          float condval_23;
+          if ((((kg_1 * 8) + (((int)threadIdx.x) & 3)) + 4) < H) {
+            condval_23 = w_hh_ptr[((min((((kg_1 * 8) + (((int)threadIdx.x) & 3)) + 4), (H - 1)) + (((((int)threadIdx.x) & 63) >> 4) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + ((((int)threadIdx.x) & 15) >> 2)), (H - 1)) * w_hh_s1))];
+          } else {
+            condval_23 = 0x0p+0f/*0.000000e+00*/;
+          }
+          uint stored_9 = __float_as_uint(condval_23);
+          frag_b_ptr_1[1] = (((stored_9 | (((uint)((uint)2139095040 < (stored_9 & (uint)2147483647))) * (uint)4194304)) + (((uint)1 - ((uint)((uint)2139095040 < (stored_9 & (uint)2147483647)))) * (uint)4096)) & (uint)4294959104);
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_ptr_1 + 0))[0]), "=f"(((float *)(acc_ptr_1 + 0))[1]), "=f"(((float *)(acc_ptr_1 + 0))[2]), "=f"(((float *)(acc_ptr_1 + 0))[3])
+      : "r"(((unsigned *)(frag_a_ptr_1 + 0))[0]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[1]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[2]), "r"(((unsigned *)(frag_a_ptr_1 + 0))[3]), "r"(((unsigned *)(frag_b_ptr_1 + 0))[0]), "r"(((unsigned *)(frag_b_ptr_1 + 0))[1]), "f"(((float *)(acc_ptr_1 + 0))[0]), "f"(((float *)(acc_ptr_1 + 0))[1]), "f"(((float *)(acc_ptr_1 + 0))[2]), "f"(((float *)(acc_ptr_1 + 0))[3]));
+  }
+        }
+        pre_ptr[(((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2))] = acc_ptr_1[0];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_ptr_1[1];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 128)] = acc_ptr_1[2];
+        pre_ptr[((((((((int)threadIdx.x) >> 6) * 256) + (((((int)threadIdx.x) & 31) >> 2) * 16)) + (((((int)threadIdx.x) & 63) >> 5) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + 129)] = acc_ptr_1[3];
+      }
+      __syncthreads();
+      if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+        for (int q_1 = 0; q_1 < (max(((min((n - (pass * 32)), 32) + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_1) {
+          v_ptr[0] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (pre_ptr[(((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3))] + xw_ptr[((((((int)blockIdx.x) * 4) + (((T - t) - 1) * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))])))));
+          v_ptr[1] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (pre_ptr[((((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3)) + 4)] + xw_ptr[(((((((int)blockIdx.x) * 4) + (((T - t) - 1) * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + xw_s2) + (((int)threadIdx.x) & 3))])))));
+          v_ptr[2] = tanhf((pre_ptr[((((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3)) + 8)] + xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))]));
+          v_ptr[3] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (pre_ptr[((((q_1 * 512) + ((((int)threadIdx.x) >> 2) * 16)) + (((int)threadIdx.x) & 3)) + 12)] + xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))])))));
+          v_ptr[4] = ((v_ptr[1] * cy_ptr[(((((int)blockIdx.x) * 4) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))]) + (v_ptr[0] * v_ptr[2]));
+          v_ptr[5] = tanhf(v_ptr[4]);
+          cy_ptr[(((((int)blockIdx.x) * 4) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[4];
+          hy_ptr[(((((int)blockIdx.x) * 4) + ((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (v_ptr[3] * v_ptr[5]);
+          h_ptr[(((((int)blockIdx.x) * 4) + (((((pass * 32) + (q_1 * 32)) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = (v_ptr[3] * v_ptr[5]);
+        }
+      }
+      __syncthreads();
+    }
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
       for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
         h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
       }

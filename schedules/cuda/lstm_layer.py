@@ -20,6 +20,11 @@ widened, each store rounded once), as the definitions say.
   entry point of the schedule flag ``w_hh_global`` (``OpDef.target_flags``: CUDA only) keeps no slice
   (no shared memory: its launch asks for none) and its sums read W_hh from global memory at every H,
   for the grids whose slices on chip the GPU cannot hold at once; the full LSTM picks it per launch.
+- The entry point of the flag ``tensor_cores`` runs each step's recurrent sums on the tensor cores
+  (``lstm_mma``: m16n8 tiles of mma.sync over the batch's rows padded to 16, one warp a tile's whole
+  sum), the accumulators through a small static shared tile, then the cell (forward) or the gate
+  blocks' sum (backward) as below from it; its slice holds W_hh rounded as the tensor cores take it.
+  The full LSTM launches it where its GEMMs run on the tensor cores, B >= 16 and the grid is resident.
 - A block's threads are ROW_SLOTS x UNITS: thread (br, u) owns unit u of the chunk for the rows
   br, br + ROW_SLOTS, ... of the batch, so a warp's shared-memory reads of W_hh are consecutive units
   (no bank conflicts) and the threads of one unit read the same h (a broadcast).
@@ -49,6 +54,7 @@ runs it, so the results are the same bits for any UNITS and ROW_SLOTS (any grid 
 from __future__ import annotations
 
 import contextlib
+import math
 
 from tvm import DataType, tirx
 from tvm.script.ir_builder import IRBuilder
@@ -59,6 +65,7 @@ from ...te_defs import _lstm_layer as L
 from ...te_defs import _tir
 from ...te_defs._tir import loop, store
 from .. import ScheduleRule, tir_api
+from . import lstm_mma
 from ._util import cuda_attr, on_gpu, warp_size
 from ...targets.cuda import optin_shared_bytes
 
@@ -79,9 +86,9 @@ class _Grid:
     blocks and threads.  ``grid_sync()`` is the barrier between phases: a call on the GPU, nothing
     on the host (the phase's loops have finished)."""
 
-    def __init__(self, target, blocks, threads):
+    def __init__(self, target, blocks, threads, min_blocks=None):
         self.gpu = on_gpu(target)
-        self.blocks, self.threads = blocks, threads
+        self.blocks, self.threads, self.min_blocks = blocks, threads, min_blocks
         self.bx = self.tx = None
 
     @contextlib.contextmanager
@@ -92,7 +99,12 @@ class _Grid:
         with T.launch_thread("blockIdx.x", self.blocks) as bx:
             with T.launch_thread("threadIdx.x", self.threads) as tx:
                 self.bx, self.tx = bx, tx
-                yield
+                if self.min_blocks is None:
+                    yield
+                    return
+                # __launch_bounds__(threads, min_blocks): how ptxas weighs registers against occupancy
+                with T.attr(0, "tirx.launch_bounds_min_blocks_per_sm", self.min_blocks):
+                    yield
 
     def phase(self, body) -> None:
         if self.gpu:
@@ -113,6 +125,7 @@ class _Grid:
     def scratch(self, name, shape, dtype=L.ACC):
         """A thread's small scratch: registers on the GPU, a stack buffer on the host."""
         return _tir.local(name, shape, dtype, scope="local" if self.gpu else "global")
+
 
 
 # terms of a step's sums whose global loads a thread issues together before it adds them (in the same
@@ -181,14 +194,16 @@ class _Layer(ScheduleRule):
                              f"that UNITS={units} divides, got {threads}")
         return units, threads, threads // units
 
-    def shared_capacity(self, target, dtype: str = L.DTYPE) -> int:
+    def shared_capacity(self, target, dtype: str = L.DTYPE, tensor_cores: bool = False) -> int:
         """Values of W_hh's slice (in ``dtype``, the storage dtype it is kept in) a block may keep in
         shared memory: the opt-in shared memory a block has on every architecture built
         (``targets.cuda.optin_shared_bytes``), all of it the launch's dynamic shared memory (the kernels
-        declare no static shared memory: ptxas counts none, which the nvcc test checks)."""
-        return optin_shared_bytes() // (DataType(dtype).bits // 8)
+        declare no static shared memory: ptxas counts none, which the nvcc test checks), but for the
+        ``tensor_cores`` entry's static tile of accumulators (``lstm_mma.tile_shape``)."""
+        reserved = 4 * math.prod(lstm_mma.tile_shape(self, target)[2]) if tensor_cores else 0
+        return (optin_shared_bytes() - reserved) // (DataType(dtype).bits // 8)
 
-    def dynamic_shared(self, target, dtype: str, w_hh_global: bool = False) -> dict:
+    def dynamic_shared(self, target, dtype: str, w_hh_global: bool = False, tensor_cores: bool = False) -> dict:
         """What a launch's dynamic shared memory is at hidden size H (``lowering.cuda.dynamic_shared_bytes``
         evaluates it; TVM's host code computes the same from H): the block's W_hh slice, ``bytes_per_h``
         x H (4 gates x UNITS units x H values of ``dtype``), up to ``up_to`` bytes (``shared_capacity``),
@@ -197,8 +212,8 @@ class _Layer(ScheduleRule):
         if w_hh_global:
             return {"bytes_per_h": 0, "up_to": 0, "else": 0}
         size = DataType(dtype).bits // 8
-        return {"bytes_per_h": G * self.shape(target)[0] * size, "up_to": self.shared_capacity(target, dtype) * size,
-                "else": size}
+        return {"bytes_per_h": G * self.shape(target)[0] * size,
+                "up_to": self.shared_capacity(target, dtype, tensor_cores) * size, "else": size}
 
     def apply(self, func, target):
         if tir_api.op_name(func) != self.op:
@@ -206,18 +221,20 @@ class _Layer(ScheduleRule):
         (dtype,) = {str(p.dtype) for p in func.params if getattr(p, "name", None) == "w_hh"}
         variant = func.attrs["fusedgrad.variant"]
         w_hh_global = L.W_HH_GLOBAL in tir_api.schedule_flags(func)
-        built = self.build(_variant(func), target, dtype, w_hh_global).with_attr("fusedgrad.variant", variant)
+        tensor_cores = L.TENSOR_CORES in tir_api.schedule_flags(func)
+        built = self.build(_variant(func), target, dtype, w_hh_global, tensor_cores).with_attr(
+            "fusedgrad.variant", variant)
         built = built.with_attr(tir_api.WHOLE_ATTR, True)  # every buffer allocated at the size it is used
         # the loader's co-residency check finds the grid (ceil(H / units) blocks) and a launch's dynamic
         # shared memory from these, in the manifest
         built = built.with_attr("fusedgrad.grid_units", self.shape(target)[0]).with_attr(
-            "fusedgrad.dynamic_shared", self.dynamic_shared(target, dtype, w_hh_global))
+            "fusedgrad.dynamic_shared", self.dynamic_shared(target, dtype, w_hh_global, tensor_cores))
         for key in (tir_api.OP_ATTR, "global_symbol", tir_api.FLAGS_ATTR):
             if func.attrs.get(key) is not None:
                 built = built.with_attr(key, func.attrs[key])
         return tir_api.schedule(built)
 
-    def _slice(self, grid, target, H, nch, U, weight, dtype, w_hh_global):
+    def _slice(self, grid, target, H, nch, U, weight, dtype, w_hh_global, tensor_cores=False):
         """The block's W_hh slice in shared memory, in the storage ``dtype`` (one row per block on the
         host): (buffer, fits, index(bx, k, u, x)), None in the ``w_hh_global`` entry (no slice);
         ``weight(k, j, x)`` is the global element the slice holds for gate k of the block's unit j at
@@ -228,7 +245,7 @@ class _Layer(ScheduleRule):
         if w_hh_global:
             return None
         values = G * U * H
-        fits = values <= self.shared_capacity(target, dtype)
+        fits = values <= self.shared_capacity(target, dtype, tensor_cores)
         size = tirx.if_then_else(fits, values, 1)
         if grid.gpu:
             wsh = _tir.local("w_shared", (size,), dtype, scope="shared.dyn")
@@ -247,9 +264,11 @@ class _Layer(ScheduleRule):
                     flat = e * threads + tx
                     u, k, x = flat % U, flat // U % G, flat // (U * G)
                     j = bx * U + u
-                    with _tir.when(flat < values):
-                        store(wsh, (index(bx, k, u, x),),
-                              tirx.if_then_else(j < H, weight(k, tirx.min(j, H - 1), x), tirx.const(0, dtype)))
+                    with _tir.when(flat < values):  # the tensor cores' entry keeps W_hh as they take it
+                        value = tirx.if_then_else(j < H, weight(k, tirx.min(j, H - 1), x), tirx.const(0, dtype))
+                        if tensor_cores:
+                            value = lstm_mma.operand(dtype, value, grid.gpu)
+                        store(wsh, (index(bx, k, u, x),), value)
 
         grid.phase(copy)
         grid.block_sync()
@@ -260,7 +279,7 @@ class _Layer(ScheduleRule):
         return self.knob("GLOBAL_CHUNK" if w_hh_global else "CHUNK", target)
 
     @staticmethod
-    def _sums(w_slice, on_chip, from_global) -> None:
+    def w_hh_sums(w_slice, on_chip, from_global) -> None:
         """A step's sums: ``on_chip(buffer, index)`` reading the slice where it holds W_hh, else
         ``from_global()`` (the same sums in the same order); only the latter without a slice."""
         if w_slice is None:
@@ -274,7 +293,7 @@ class _Layer(ScheduleRule):
                 from_global()
 
     @staticmethod
-    def _rows(count, br, slots, start=0):
+    def rows(count, br, slots, start=0):
         """The rows start + br, start + br + slots, ... below start + count a thread takes."""
         return loop("q", tirx.max(count - br + slots - 1, 0) // slots)
 
@@ -282,7 +301,7 @@ class _Layer(ScheduleRule):
 class LstmLayerForward(_Layer):
     op = "lstm_layer_forward"
 
-    def build(self, variant, target, dtype=L.DTYPE, w_hh_global=False):
+    def build(self, variant, target, dtype=L.DTYPE, w_hh_global=False, tensor_cores=False):
         train, reverse = variant["train"], variant["reverse"]
         U, threads, slots = self.shape(target)
         op = te_defs.get(self.op)
@@ -294,15 +313,16 @@ class LstmLayerForward(_Layer):
                 a = _tir.params(op, variant, dtype, sz)
                 Tn, B, H = sz["T"], sz["B"], sz["H"]
                 nch = (H + U - 1) // U
-                grid = _Grid(target, nch, threads)
+                grid = _Grid(target, nch, threads, lstm_mma.MIN_BLOCKS if tensor_cores else None)
                 with grid.launch():
                     w_slice = self._slice(grid, target, H, nch, U, lambda k, j, r: a["w_hh"][k, j, r], dtype,
-                                          w_hh_global)
+                                          w_hh_global, tensor_cores)
+                    tile = lstm_mma.block_tile(grid, self, target, "pre") if tensor_cores else None
 
                     def initial(bx, tx):
                         j = bx * U + tx % U
                         with _tir.when(j < H):
-                            with self._rows(B, tx // U, slots) as q:
+                            with self.rows(B, tx // U, slots) as q:
                                 b = tx // U + q * slots
                                 store(a["hy"], (b, j), a["h0"][b, j])
                                 store(a["cy"], (b, j), a["c0"][b, j])
@@ -314,19 +334,22 @@ class LstmLayerForward(_Layer):
                         # rows 0 .. m-1 continue from h of the previous time index, m .. n-1 start from h0
                         p = _tir.let("p", tirx.max(tirx.min(L.previous_index(tt, reverse), Tn - 1), 0))
                         m = _tir.let("m", tirx.if_then_else(0 < t, tirx.min(n, a["batch_sizes"][p]), 0))
-                        ctx = dict(a=a, w_slice=w_slice, U=U, H=H, B=B, tt=tt, n=n, p=p, m=m,
+                        ctx = dict(a=a, w_slice=w_slice, U=U, H=H, B=B, tt=tt, n=n, p=p, m=m, dtype=dtype,
                                    slots=slots, train=train, grid=grid, chunk=self._chunk(target, w_hh_global))
-                        grid.phase(lambda bx, tx: self._step(ctx, bx, tx))
+                        if tensor_cores:
+                            lstm_mma.forward_passes(self, ctx, target, tile)
+                        else:
+                            grid.phase(lambda bx, tx: self._step(ctx, bx, tx))
+                        grid.phase(lambda bx, tx: self._idle(ctx, bx, tx))
                         grid.grid_sync()
         return ib.get()
 
     def _step(self, ctx, bx, tx):
-        a, U, H, B, tt, n, p, m, slots, grid = (ctx[k] for k in ("a", "U", "H", "B", "tt", "n", "p", "m", "slots",
-                                                                  "grid"))
+        a, U, H, n, slots, grid = (ctx[k] for k in ("a", "U", "H", "n", "slots", "grid"))
         u, br = tx % U, tx // U
         j = bx * U + u
         with _tir.when(j < H):
-            with self._rows(n, br, slots) as q:
+            with self.rows(n, br, slots) as q:
                 b = br + q * slots
                 acc = grid.scratch("acc", (G,))
                 for k in range(G):
@@ -336,32 +359,50 @@ class LstmLayerForward(_Layer):
                     def add(r, h_prev):
                         for k in range(G):
                             store(acc, (k,), acc[k] + h_prev[0] * weight(k, r))
-                    _chunked_sums(grid, H, ctx["chunk"], lambda r: [
-                        L.wide(tirx.if_then_else(b < m, a["h"][p, b, r], a["h0"][b, r]))], add)
+                    _chunked_sums(grid, H, ctx["chunk"], lambda r: [L.wide(self.h_prev(ctx, b, r))], add)
 
-                self._sums(ctx["w_slice"], lambda wsh, index: sums(lambda k, r: L.wide(wsh[index(bx, k, u, r)])),
-                           lambda: sums(lambda k, r: L.wide(a["w_hh"][k, j, r])))
-                v = grid.scratch("v", (len(L.SCRATCH),))
-                for k in range(G):
-                    store(v, (k,), L.activation(k, acc[k] + L.wide(a["xw"][tt, b, k, j])))
-                store(v, (C,), L.cell_state(v[0], v[1], v[2], L.wide(a["cy"][b, j])))
-                store(v, (TANHC,), tirx.tanh(v[C]))
-                store(a["cy"], (b, j), v[C])
-                store(a["hy"], (b, j), v[3] * v[TANHC])
-                store(a["h"], (tt, b, j), v[3] * v[TANHC])
-                if ctx["train"]:
-                    for name in ("c",) + L.GATES + ("tanhc",):
-                        store(a[name], (tt, b, j), v[L.SCRATCH.index(name)])
-            with self._rows(B - n, br, slots) as q:  # rows not running: state kept, outputs zero
-                b = n + br + q * slots
+                self.w_hh_sums(ctx["w_slice"], lambda wsh, index: sums(lambda k, r: L.wide(wsh[index(bx, k, u, r)])),
+                               lambda: sums(lambda k, r: L.wide(a["w_hh"][k, j, r])))
+                self.cell(ctx, b, j, lambda k: acc[k])
+
+    @staticmethod
+    def h_prev(ctx, b, r):
+        """h_{t-1}[b, r] as stored: h of the previous time index where the row ran there, else h0."""
+        a = ctx["a"]
+        return tirx.if_then_else(b < ctx["m"], a["h"][ctx["p"], b, r], a["h0"][b, r])
+
+    @staticmethod
+    def cell(ctx, b, j, gate_sum):
+        """The cell of unit (b, j) from its gates' recurrent sums ``gate_sum(k)``, and its stores."""
+        a, tt, grid = ctx["a"], ctx["tt"], ctx["grid"]
+        v = grid.scratch("v", (len(L.SCRATCH),))
+        for k in range(G):
+            store(v, (k,), L.activation(k, gate_sum(k) + L.wide(a["xw"][tt, b, k, j])))
+        store(v, (C,), L.cell_state(v[0], v[1], v[2], L.wide(a["cy"][b, j])))
+        store(v, (TANHC,), tirx.tanh(v[C]))
+        store(a["cy"], (b, j), v[C])
+        store(a["hy"], (b, j), v[3] * v[TANHC])
+        store(a["h"], (tt, b, j), v[3] * v[TANHC])
+        if ctx["train"]:
+            for name in ("c",) + L.GATES + ("tanhc",):
+                store(a[name], (tt, b, j), v[L.SCRATCH.index(name)])
+
+    def _idle(self, ctx, bx, tx):
+        """The rows not running at the step: state kept, outputs zero."""
+        a, U, H, B, n, slots = (ctx[k] for k in ("a", "U", "H", "B", "n", "slots"))
+        j = bx * U + tx % U
+        with _tir.when(j < H):
+            with self.rows(B - n, tx // U, slots) as q:
+                b = n + tx // U + q * slots
                 for name in ("h",) + (("c",) + L.GATES + ("tanhc",) if ctx["train"] else ()):
-                    store(a[name], (tt, b, j), T.float32(0))
+                    store(a[name], (ctx["tt"], b, j), T.float32(0))
+
 
 
 class LstmLayerBackward(_Layer):
     op = "lstm_layer_backward"
 
-    def build(self, variant, target, dtype=L.DTYPE, w_hh_global=False):
+    def build(self, variant, target, dtype=L.DTYPE, w_hh_global=False, tensor_cores=False):
         from ...te_defs.lstm_layer_backward import cell_gradient
 
         reverse = variant["reverse"]
@@ -376,16 +417,17 @@ class LstmLayerBackward(_Layer):
                 a = _tir.params(op, variant, dtype, sz)
                 Tn, B, H = sz["T"], sz["B"], sz["H"]
                 nch = (H + U - 1) // U
-                grid = _Grid(target, nch, threads)
+                grid = _Grid(target, nch, threads, lstm_mma.MIN_BLOCKS if tensor_cores else None)
                 with grid.launch():
                     # the block's columns of W_hh: the slice holds W_hh[k, x, r] for its units r, rows x
                     w_slice = self._slice(grid, target, H, nch, U, lambda k, r, x: a["w_hh"][k, x, r], dtype,
-                                          w_hh_global)
+                                          w_hh_global, tensor_cores)
+                    tile = lstm_mma.block_tile(grid, self, target, "part") if tensor_cores else None
 
                     def initial(bx, tx):
                         j = bx * U + tx % U
                         with _tir.when(j < H):
-                            with self._rows(B, tx // U, slots) as q:
+                            with self.rows(B, tx // U, slots) as q:
                                 b = tx // U + q * slots
                                 store(a["dh0"], (b, j), a["grad_hy"][b, j])
                                 store(a["dc0"], (b, j), a["grad_cy"][b, j])
@@ -398,14 +440,14 @@ class LstmLayerBackward(_Layer):
                         def cell(bx, tx):
                             j = bx * U + tx % U
                             with _tir.when(j < H):
-                                with self._rows(n, tx // U, slots) as q:
+                                with self.rows(n, tx // U, slots) as q:
                                     b = tx // U + q * slots
                                     d, dcx = cell_gradient(a, tt, b, j, Tn, reverse, a["dh0"][b, j], a["dc0"][b, j])
                                     for k in range(G):
                                         store(a["dgates"], (tt, b, k, j), d[k])
                                         store(a["dgates_t"], (k, j, tt, b), d[k])
                                     store(a["dc0"], (b, j), dcx)
-                                with self._rows(B - n, tx // U, slots) as q:  # rows not running: zero gradients
+                                with self.rows(B - n, tx // U, slots) as q:  # rows not running: zero gradients
                                     b = n + tx // U + q * slots
                                     for k in range(G):
                                         store(a["dgates"], (tt, b, k, j), T.float32(0))
@@ -415,7 +457,7 @@ class LstmLayerBackward(_Layer):
                             u = tx % U
                             r = bx * U + u
                             with _tir.when(r < H):
-                                with self._rows(n, tx // U, slots) as q:
+                                with self.rows(n, tx // U, slots) as q:
                                     b = tx // U + q * slots
                                     part = grid.scratch("dh_part", (G,))
                                     for k in range(G):
@@ -428,15 +470,21 @@ class LstmLayerBackward(_Layer):
                                         _chunked_sums(grid, H, chunk, lambda j: [
                                             L.wide(a["dgates"][tt, b, k, j]) for k in range(G)], add)
 
-                                    self._sums(w_slice,
-                                               lambda wsh, index: sums(lambda k, j: L.wide(wsh[index(bx, k, u, j)])),
-                                               lambda: sums(lambda k, j: L.wide(a["w_hh"][k, j, r])))
+                                    self.w_hh_sums(
+                                        w_slice, lambda wsh, index: sums(lambda k, j: L.wide(wsh[index(bx, k, u, j)])),
+                                        lambda: sums(lambda k, j: L.wide(a["w_hh"][k, j, r])))
                                     store(a["dh0"], (b, r), ((part[0] + part[1]) + part[2]) + part[3])
 
                         grid.phase(cell)
                         grid.grid_sync()  # phase B reads every unit's dgates of this step
-                        grid.phase(dh)
+                        if tensor_cores:
+                            lstm_mma.backward_passes(self, dict(a=a, U=U, H=H, B=B, n=n, tt=tt, grid=grid, dtype=dtype,
+                                                       slots=slots, w_slice=w_slice), target, tile)
+                        else:
+                            grid.phase(dh)
         return ib.get()
+
+
 
 
 RULES = (LstmLayerForward(), LstmLayerBackward())
