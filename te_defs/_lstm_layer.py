@@ -25,11 +25,11 @@ TENSOR_CORES = "tensor_cores"
 TARGET_FLAGS = {W_HH_GLOBAL: ("cuda",), TENSOR_CORES: ("cuda",)}
 TENSOR_CORE_MIN_BATCH = 16  # an mma tile's rows: the least batch the full LSTM takes those entries at
 TENSOR_CORE_SUMS = """With the schedule flag ``tensor_cores`` (CUDA only) the recurrent sums are those of the
-tensor cores' ``mma.sync`` (m16n8k8 TF32 for float32 storage, m16n8k16 for float16), not the order
-above.  The operands as the tensor cores take them: float32 storage rounds both (the running state and
-W_hh) to TF32 (``te_defs.matmul.tf32_expr``: to nearest, ties away from zero; NaN and infinity kept,
-so they propagate), float16 storage takes them exactly.  The products are exact in float32 and summed
-in float32 per k group of 8 (TF32) or 16 (float16) consecutive terms, each group's sum added to the
+tensor cores' ``mma.sync`` (m16n8k8 TF32 for float32 storage, m16n8k16 for float16 and bfloat16), not
+the order above.  The operands as the tensor cores take them: float32 storage rounds both (the running
+state and W_hh) to TF32 (``te_defs.matmul.tf32_expr``: to nearest, ties away from zero; NaN and infinity
+kept, so they propagate), 16-bit storage takes them exactly.  The products are exact in float32 and
+summed in float32 per k group of 8 (TF32) or 16 (16-bit) consecutive terms, each group's sum added to the
 running sum in increasing k (the order within a group is the hardware's; the host emulation adds in
 increasing k); the rows are padded to 16 and the terms past H with zeros.  The same bits every run
 and for any grid size (one warp runs a whole sum), but not the bits of the entry without the flag.
@@ -154,7 +154,7 @@ def _as_given(v):
 
 def tensor_core_operand(v):
     """``v`` as the ``tensor_cores`` entries' products take it (``TENSOR_CORE_SUMS``), in float64: its
-    float32 value rounded to TF32 (exact for float16 values)."""
+    float32 value rounded to TF32 (exact for float16 and bfloat16 values)."""
     return tf32(v).astype(np.float64)
 
 
