@@ -122,9 +122,29 @@ def stage(dest: Path, archs: str) -> int:
     (dest / "run.sh").write_text(RUN_SH)
     size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
     print(f"staged {dest} ({size / 2**20:.1f} MiB): artifacts, tvm_runtime.tgz, tvm-ffi wheel, run.sh")
+    tracked = _tracked_bytes()
+    if size + tracked > CARRY_BYTES:
+        print(f"stage: {dest} ({size / 2**20:.1f} MiB) and the repository's tracked files ({tracked / 2**20:.1f} MiB) "
+              f"are more than the {CARRY_BYTES / 2**20:.0f} MiB the GPU machine takes: stage less (SWEEP, "
+              f"SWEEP_DTYPES)", file=sys.stderr)
+        return 1
     return 0
 
 
+def _tracked_bytes() -> int:
+    """Bytes of the repository's tracked files (what travels beside the staged folder); 0 outside git."""
+    try:
+        names = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return 0
+    return sum((ROOT / n).stat().st_size for n in names.decode().split("\0") if n and (ROOT / n).is_file())
+
+
+# what the GPU machine takes of the working tree and its carried folders (.gpu among them), together
+CARRY_BYTES = 64 * 2**20
+# the sweep's dtypes where not float32 and float16: the layer kernels' knobs are timed in float32 (each
+# layer build holds every entry point, three a variant: float16 too took the staging past CARRY_BYTES)
+SWEEP_DTYPES = {"lstm_layer_forward": ("float32",), "lstm_layer_backward": ("float32",)}
 # schedule parameters tried side by side on the GPU (the shipped values are the modules' own)
 SWEEP: dict = {
     # (op, schedule module): [{CONSTANT: value, ...}, ...]; the sweep that picked the shipped
@@ -142,7 +162,7 @@ SWEEP: dict = {
     # stages as the opt-in shared memory holds, the warps from the register file): fewer stages,
     # smaller and wider tiles, fewer warps
     ("matmul", "fusedgrad.schedules.cuda.matmul"): [
-        {"STAGES": 2}, {"STAGES": 3}, {"BM": 64, "BN": 64}, {"BN": 256}, {"WARPS": 4}],
+        {"STAGES": 2}, {"STAGES": 3}, {"BM": 64, "BN": 64}, {"BM": 64, "BN": 256}, {"WARPS": 4}],
     # the persistent layer kernels around what ships (4 units a block, derived from the warp; 4 warps;
     # 32 loads a group): the 2026-12-04 H200 timings that chose it are docs/gpu-check-h200-2026-12-04.md
     ("lstm_layer_forward", "fusedgrad.schedules.cuda.lstm_layer"): [
@@ -199,9 +219,11 @@ def _stage_sweep(root: Path, archs: str) -> None:
         for params in settings:
             name = op_name + "".join(f"-{k}{v}" for k, v in params.items())
             with swept_knobs(module, params):
-                for dtype in ("float32", "float16"):
+                for dtype in SWEEP_DTYPES.get(op_name, ("float32", "float16")):
                     if dtype in targets.get("cuda").dtypes_for(op_name):
                         build.build(op_name, "cuda", dtype, root / name)
+            for source in (root / name).glob("*.cu"):  # the GPU machine loads the libraries only
+                source.unlink()
             print(f"sweep: {name}", flush=True)
     (root / "shipped.json").write_text(json.dumps(shipped))
 

@@ -75,3 +75,21 @@ def test_every_swept_setting_names_a_knob_of_its_rules(gpu_check):
         knobs = {k for r in rules for k in type(r).KNOBS} | {k for k in vars(mod) if k.isupper()}
         for params in settings:
             assert set(params) <= knobs, (op_name, params)
+
+
+def test_every_swept_gemm_tile_fits_the_archs_shared_memory(gpu_check):
+    """Each GEMM sweep point is a schedule the build accepts for the dtypes the sweep builds: its tiles'
+    shared memory within the opt-in of the archs built (``Matmul.shape``; a point past it stops the
+    staging at nvcc's report, after minutes of builds), its accumulators within the registers."""
+    from fusedgrad import targets
+    from fusedgrad.lowering import tvm_api
+
+    tgt = tvm_api.target(targets.get("cuda").tvm_target())
+    module = "fusedgrad.schedules.cuda.matmul"
+    for params in gpu_check.SWEEP[("matmul", module)]:
+        with gpu_check.swept_knobs(module, params):
+            for dtype in ("float32", "float16"):
+                cuda_matmul.Matmul().shape(tgt, dtype)
+    with pytest.raises(ValueError, match="shared memory"):  # what the check catches: a 128 x 256 tile in TF32
+        with gpu_check.swept_knobs(module, {"BN": 256}):
+            cuda_matmul.Matmul().shape(tgt, "float32")

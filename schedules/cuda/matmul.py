@@ -251,10 +251,15 @@ def _pad(target, dtype: str) -> int:
 
 
 def _shared_bytes(bm, bn, kc, stages, dtype, target) -> int:
-    """Shared bytes a block takes: the STAGES A and B tiles (padded rows), or the C tile staged after
-    them in the same memory (TVM merges the two: their lifetimes do not overlap), the larger."""
+    """Shared bytes a block may take: the STAGES A tiles (padded rows), then the STAGES B tiles or the C
+    tile staged after them, the larger.  TVM merges the dynamic buffers whose lifetimes do not overlap,
+    but not always all of them: TF32 at the shipped 128 x 128 x 32, 4 stages, gets 141312 bytes (A's ring
+    and B's, C inside them), at BN = 256, 3 stages, 186368 (A's ring, then C over B's ring: the sum of the
+    rings, 155136, would not do); float16's 65536 at the shipped tiles is below this bound (A and B and C
+    all in one place).  A bound that admits no point TVM then allocates past the opt-in (the build's check,
+    ``lowering.cuda.device_kernels``, would refuse it)."""
     item, pad = _bits(dtype) // 8, _pad(target, dtype)
-    return max(stages * (bm * (kc + pad) + kc * (bn + pad)) * item, bm * bn * ACC_BYTES)
+    return stages * bm * (kc + pad) * item + max(stages * kc * (bn + pad) * item, bm * bn * ACC_BYTES)
 
 
 def _fragment_layout(rows: int, cols: int, where):
