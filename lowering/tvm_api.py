@@ -340,8 +340,3 @@ def host_side(funcs: Mapping[str, object], tgt) -> tuple[dict[str, list[str]], d
         if written:
             stores[gv.name_hint] = sorted(set(written))
     return stores, dynamic
-
-
-def dynamic_shared_bytes(funcs: Mapping[str, object], tgt) -> dict[str, object]:
-    """``host_side``'s dynamic shared memory of each kernel ``funcs`` launches with some."""
-    return host_side(funcs, tgt)[1]

@@ -250,7 +250,7 @@ def test_host_launch_passes_the_dynamic_shared_bytes(dtype):
     what the build records, at least the STAGES A and B tiles, at most the rule's bound
     (``_shared_bytes``: TF32's exactly, A's ring then B's with C inside), within the opt-in maximum."""
     funcs, tgt = build.schedule_variants("matmul", "cuda", dtype)
-    dynamic = tvm_api.dynamic_shared_bytes({s: f for s, (f, _, _) in funcs.items()}, tgt)
+    _, dynamic = tvm_api.host_side({s: f for s, (f, _, _) in funcs.items()}, tgt)
     assert len(dynamic) == 2 * len(funcs)
     k = _rule().defaults(tgt)
     bound = matmul._shared_bytes(k["BM"], k["BN"], k["KC"], k["STAGES"], dtype, tgt)

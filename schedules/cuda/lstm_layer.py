@@ -127,7 +127,6 @@ class _Grid:
         return _tir.local(name, shape, dtype, scope="local" if self.gpu else "global")
 
 
-
 # terms of a step's sums whose global loads a thread issues together before it adds them (in the same
 # order as one at a time, so the same bits): each step's sums read h (forward) or dgates (backward)
 # that other blocks wrote the step before, from L2.  The hand choice (tuned as the knob CHUNK), from
@@ -398,7 +397,6 @@ class LstmLayerForward(_Layer):
                     store(a[name], (ctx["tt"], b, j), T.float32(0))
 
 
-
 class LstmLayerBackward(_Layer):
     op = "lstm_layer_backward"
 
@@ -483,8 +481,6 @@ class LstmLayerBackward(_Layer):
                         else:
                             grid.phase(dh)
         return ib.get()
-
-
 
 
 RULES = (LstmLayerForward(), LstmLayerBackward())
